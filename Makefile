@@ -1,0 +1,31 @@
+# hai-airflow: everything works on a fresh machine with nothing but Python 3.11.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install test lint demo bench up clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[all,dev]'
+	@touch $(STAMP)
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check hai_airflow tests benchmarks
+	$(VENV)/bin/mypy hai_airflow
+	$(VENV)/bin/lint-imports
+
+demo: install
+	$(PY) -m hai_airflow.demo
+
+bench: install
+	$(PY) benchmarks/plan_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""hai-airflow: a managed GPU training platform with Apache Airflow as its front end."""

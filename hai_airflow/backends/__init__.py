@@ -1,0 +1,42 @@
+"""Backends that run instances, chosen by name; each is imported only when it is used."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hai_airflow.backends.base import Backend
+
+BACKENDS: dict[str, tuple[str, str, str]] = {
+    "local": ("hai_airflow.backends.local", "LocalBackend", ""),
+    "docker": ("hai_airflow.backends.docker", "DockerBackend", "docker"),
+    "kubernetes": ("hai_airflow.backends.kubernetes", "KubernetesBackend", "kubernetes"),
+}
+"""Backend name -> (module, class, pip extra it needs). A class is called as `cls(options, home)`."""
+
+
+class BackendUnavailable(ValueError):
+    """The configured backend is unknown or cannot be imported here."""
+
+
+def load_backend(name: str, options: Mapping[str, Any] | None, home: Path) -> Backend:
+    """The backend called `name`, built from its `options` (a mapping from the config file).
+
+    :param name: a key of `BACKENDS` ("local", "docker", "kubernetes").
+    :param options: backend-specific settings; unknown keys are refused by the backend.
+    :param home: the platform home directory (`$HAI_HOME`).
+    """
+    try:
+        module_name, class_name, extra = BACKENDS[name]
+    except KeyError:
+        known = ", ".join(sorted(BACKENDS))
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {known}") from None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"; install it with: pip install 'hai-airflow[{extra}]'" if extra else ""
+        raise BackendUnavailable(f"backend {name!r} cannot be loaded: {exc}{hint}") from exc
+    backend: Backend = getattr(module, class_name)(dict(options or {}), home)
+    return backend

@@ -1,0 +1,83 @@
+"""The backend protocol: how an instance starts, stops, reports its exit and shows its log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from hai_airflow.scheduling.model import Node, Placement
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
+
+AnyJobSpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a backend needs to start one instance of a job."""
+
+    job_id: int
+    instance_id: int
+    spec: AnyJobSpec
+    placement: Placement
+    env: Mapping[str, str]
+    """ARCHITECTURE.md section 4 variables common to all workers (rank variables are the backend's)."""
+    log_path: Path
+    """Where the instance's combined log must end up."""
+    work_dir: Path
+    """A private scratch directory for this instance (git checkouts, notice file, ...)."""
+    storages: Mapping[int, str] = field(default_factory=dict)
+    """Project storage id -> host path (local/docker) or PVC name (kubernetes)."""
+    grace_seconds: int = 0
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What the server persists to find an instance again after a restart (JSON-able)."""
+
+    instance_id: int
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Exit:
+    """An instance that ended: its exit code (None when it vanished) and a short reason."""
+
+    instance_id: int
+    exit_code: int | None
+    reason: str
+    lost: bool = False
+    """True when the instance disappeared without an exit code (e.g. lost across a restart)."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def inventory(self) -> list[Node] | None:
+        """Nodes detected by the backend (nvidia-smi, the Kubernetes API); None = use the config."""
+
+    def start(self, launch: Launch) -> Handle:
+        """Start every worker of the instance together; raise `StartError` if it cannot."""
+
+    def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
+        """Stop an instance: with `notice`, write the notice file and SIGTERM, kill after grace."""
+
+    def poll(self) -> list[Exit]:
+        """Instances that ended since the last call (each reported once)."""
+
+    def reattach(self, handles: list[Handle]) -> list[Exit]:
+        """After a restart: adopt the instances still alive, report the others as lost."""
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        """The instance's log; `tail` > 0 keeps only the last lines."""
+
+    def follow_log(self, instance_id: int) -> Iterator[str]:
+        """Yield log chunks as they are written until the instance ends."""
+
+    def close(self) -> None:
+        """Release resources; running instances keep running (they are re-attached on start)."""
+
+
+class StartError(Exception):
+    """An instance could not be started; the message is shown to the user as the reason."""

@@ -1,0 +1,454 @@
+"""The local backend: every worker is a process group on this machine (the embedded default)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.backends import logs, procs
+from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.gitcode import CheckoutError, checkout
+from hai_airflow.backends.inventory import detect
+from hai_airflow.backends.workerenv import (
+    WorkerSlot,
+    free_port,
+    image_env,
+    mpirun_command,
+    mpirun_env,
+    worker_env,
+    worker_slots,
+)
+from hai_airflow.scheduling.model import Node, WorkerPlacement
+
+log = logging.getLogger(__name__)
+
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+HANDLE_VERSION = 1
+
+
+class LocalOptions(BaseModel):
+    """`[backend.options]` of the local backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    images: dict[str, str] = Field(
+        default_factory=dict,
+        description="Image name -> a virtual environment whose bin/ goes first on PATH; "
+        "images not listed are only recorded.",
+    )
+    launcher: Literal["workers", "mpirun"] = Field(
+        default="workers",
+        description="workers: one process per worker with torch.distributed/Horovod rank variables; "
+        "mpirun: one mpirun starting a process per GPU (needs mpirun on PATH).",
+    )
+    nvidia_smi: str = Field(default="nvidia-smi", description="The nvidia-smi command used by inventory().")
+    failure_grace_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        description="When a worker of a distributed instance fails: seconds between SIGTERM and SIGKILL "
+        "to the other workers.",
+    )
+    watch_interval_seconds: float = Field(
+        default=0.2, gt=0, le=10, description="How often running workers are checked."
+    )
+    git_timeout_seconds: float = Field(default=600, gt=0, description="Limit for one git checkout.")
+
+
+@dataclass
+class _Worker:
+    rank: int
+    node: str
+    pid: int
+    pgid: int
+    started: int
+    exit_file: Path
+    log_path: Path
+    popen: subprocess.Popen[bytes] | None
+    """None for a worker adopted after a restart: not our child, watched through /proc."""
+    done: bool = False
+    exit_code: int | None = None
+    """None once done means lost: it vanished without an exit file."""
+    killed: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "node": self.node,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "start_time": self.started,
+            "exit_file": str(self.exit_file),
+            "log_path": str(self.log_path),
+        }
+
+    @classmethod
+    def adopted(cls, data: Mapping[str, Any]) -> _Worker:
+        return cls(
+            rank=int(data["rank"]),
+            node=str(data["node"]),
+            pid=int(data["pid"]),
+            pgid=int(data["pgid"]),
+            started=int(data["start_time"]),
+            exit_file=Path(data["exit_file"]),
+            log_path=Path(data["log_path"]),
+            popen=None,
+        )
+
+
+@dataclass
+class _Instance:
+    instance_id: int
+    workers: list[_Worker]
+    log_path: Path
+    notice_path: Path
+    stop_requested: bool = False
+    kill_at: float | None = None
+    culprit: _Worker | None = None
+    """The first worker found failed; it decides the instance's exit code."""
+    failed_unasked: bool = False
+    """The culprit failed before anyone asked the instance to stop."""
+    ended: bool = False
+
+
+class LocalBackend:
+    """Runs instances as process groups on this machine; see `hai_airflow.backends.base.Backend`.
+
+    :param options: the backend's options (see `LocalOptions`).
+    :param home: the platform home (`$HAI_HOME`); launches bring their own log and work paths.
+    """
+
+    name = "local"
+
+    def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
+        self.options = LocalOptions.model_validate(dict(options or {}))
+        self.home = home
+        self._lock = threading.RLock()
+        self._instances: dict[int, _Instance] = {}
+        self._ended: list[Exit] = []
+        self._closing = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    # ---- Backend protocol -------------------------------------------------------------------
+
+    def inventory(self) -> list[Node] | None:
+        return detect(self.options.nvidia_smi)
+
+    def start(self, launch: Launch) -> Handle:
+        with self._lock:
+            known = self._instances.get(launch.instance_id)
+            if known is not None and not known.ended:
+                raise StartError(f"instance {launch.instance_id} is already running")
+        spec = launch.spec
+        distributed = spec.mode == "distributed"
+        placement = launch.placement or (WorkerPlacement(node=socket.gethostname(), gpus=()),)
+        asked = getattr(spec, "workers", 1)
+        if distributed and len(placement) != asked:
+            raise StartError(f"the placement has {len(placement)} workers but the job asks for {asked}")
+        launch.work_dir.mkdir(parents=True, exist_ok=True)
+        launch.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cwd = self._code_dir(launch)
+        notice_path = Path(launch.env.get("HAI_PREEMPT_NOTICE") or launch.work_dir / "preempt-notice")
+        # A notice left from an earlier suspension would make the resumed run stop at once.
+        notice_path.unlink(missing_ok=True)
+        image = (getattr(spec, "worker_image", None) or spec.image) if distributed else spec.image
+        base = image_env(
+            {**os.environ, **launch.env, **spec.env, "HAI_PREEMPT_NOTICE": str(notice_path)},
+            self.options.images.get(image),
+        )
+        slots = worker_slots(placement)
+        port = free_port()
+        plans = self._plans(spec.cmd, slots, base, distributed, port)
+        workers: list[_Worker] = []
+        try:
+            for slot, env, command in plans:
+                workers.append(self._spawn(launch, slot, env, command, cwd, combined=len(plans) > 1))
+        except OSError as exc:
+            for w in workers:
+                procs.signal_group(w.pgid, signal.SIGKILL)
+                if w.popen is not None:
+                    w.popen.wait()
+            raise StartError(f"could not start worker {len(workers)}: {exc}") from exc
+        inst = _Instance(launch.instance_id, workers, launch.log_path, notice_path)
+        with self._lock:
+            self._instances[launch.instance_id] = inst
+        self._ensure_watcher()
+        return Handle(
+            launch.instance_id,
+            {
+                "backend": self.name,
+                "version": HANDLE_VERSION,
+                "log_path": str(launch.log_path),
+                "notice_path": str(notice_path),
+                "work_dir": str(launch.work_dir),
+                "cwd": str(cwd),
+                "image": image,
+                "launcher": self.options.launcher if distributed else "workers",
+                "master_port": port,
+                "workers": [w.to_json() for w in workers],
+            },
+        )
+
+    def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None or inst.ended:
+                return
+            inst.stop_requested = True
+            running = [w for w in inst.workers if not w.done]
+            if notice:
+                _write_notice(inst.notice_path, instance_id, grace_seconds)
+            if grace_seconds <= 0 and not notice:
+                self._signal(running, signal.SIGKILL)
+                return
+            self._signal(running, signal.SIGTERM)
+            deadline = time.monotonic() + max(0, grace_seconds)
+            inst.kill_at = min(inst.kill_at or math.inf, deadline)
+
+    def poll(self) -> list[Exit]:
+        self._sweep()
+        with self._lock:
+            ended, self._ended = self._ended, []
+        return ended
+
+    def reattach(self, handles: list[Handle]) -> list[Exit]:
+        """Adopt the instances of `handles`; return those lost. Ones that ended meanwhile come from poll()."""
+        lost: list[Exit] = []
+        now = time.monotonic()
+        with self._lock:
+            for handle in handles:
+                if handle.instance_id in self._instances:
+                    continue
+                try:
+                    inst = _adopt(handle)
+                except (KeyError, TypeError, ValueError) as exc:
+                    reason = f"the local backend cannot read the instance's handle ({exc!r})"
+                    lost.append(Exit(handle.instance_id, None, reason, lost=True))
+                    continue
+                self._instances[handle.instance_id] = inst
+                ended = self._advance(inst, now)
+                if ended is not None:
+                    (lost if ended.lost else self._ended).append(ended)
+        self._ensure_watcher()
+        return lost
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        return logs.read_tail(self._instance(instance_id).log_path, tail)
+
+    def follow_log(self, instance_id: int) -> Iterator[str]:
+        inst = self._instance(instance_id)
+
+        def ended() -> bool:
+            self._sweep()
+            return inst.ended
+
+        return logs.follow(inst.log_path, ended, self.options.watch_interval_seconds)
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
+
+    # ---- starting ---------------------------------------------------------------------------
+
+    def _code_dir(self, launch: Launch) -> Path:
+        spec = launch.spec
+        if spec.code_src == "git":
+            try:
+                dest = launch.work_dir / "code"
+                return checkout(spec.code_path, spec.git_branch, dest, self.options.git_timeout_seconds)
+            except CheckoutError as exc:
+                raise StartError(str(exc)) from None
+        path = Path(spec.code_path).expanduser()
+        if not path.is_dir():
+            raise StartError(
+                f"code_path {spec.code_path} is not a directory on this machine; "
+                "point --code-path at the job's code directory on the NAS"
+            )
+        return path
+
+    def _plans(
+        self, cmd: str, slots: list[WorkerSlot], base: dict[str, str], distributed: bool, port: int
+    ) -> list[tuple[WorkerSlot, dict[str, str], str]]:
+        """(worker, environment, command) for each process to start."""
+        if distributed and self.options.launcher == "mpirun":
+            mpirun = shutil.which("mpirun", path=base.get("PATH"))
+            if mpirun is None:
+                raise StartError(
+                    'the local backend\'s launcher is "mpirun" but mpirun is not on PATH; '
+                    'install Open MPI or set launcher = "workers"'
+                )
+            return [(slots[0], base | mpirun_env(slots, port), mpirun_command(mpirun, cmd, slots))]
+        return [(s, base | worker_env(s, len(slots), distributed, port), cmd) for s in slots]
+
+    def _spawn(
+        self, launch: Launch, slot: WorkerSlot, env: dict[str, str], command: str, cwd: Path, combined: bool
+    ) -> _Worker:
+        exit_file = launch.work_dir / f"worker{slot.rank}.exit"
+        exit_file.unlink(missing_ok=True)
+        args = [sys.executable, "-I", "-S", str(SUPERVISOR), str(exit_file), command]
+        log_path = launch.log_path
+        if combined:
+            # Each worker has its own log; the supervisors add prefixed lines to the instance log.
+            log_path = worker_log_path(launch.log_path, slot.rank)
+            args += [str(launch.log_path), f"[worker {slot.rank}] "]
+        with open(log_path, "ab") as out:
+            popen = subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        # Our unreaped child: its /proc entry exists even if it has already exited.
+        started = procs.start_time(popen.pid) or 0
+        return _Worker(slot.rank, slot.node, popen.pid, popen.pid, started, exit_file, log_path, popen)
+
+    # ---- watching ---------------------------------------------------------------------------
+
+    def _ensure_watcher(self) -> None:
+        with self._lock:
+            if self._watcher is not None and self._watcher.is_alive():
+                return
+            self._closing.clear()
+            self._watcher = threading.Thread(target=self._watch, name="hai-local-backend", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._closing.wait(self.options.watch_interval_seconds):
+            try:
+                self._sweep()
+            except Exception:
+                log.exception("checking local workers failed; retrying")
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            for inst in self._instances.values():
+                ended = self._advance(inst, now)
+                if ended is not None:
+                    self._ended.append(ended)
+
+    def _advance(self, inst: _Instance, now: float) -> Exit | None:
+        """Check the instance's workers, stop the rest after a failure or a grace; its Exit once all ended."""
+        if inst.ended:
+            return None
+        for w in inst.workers:
+            _check(w)
+        running = [w for w in inst.workers if not w.done]
+        if inst.culprit is None:
+            inst.culprit = next((w for w in inst.workers if w.done and w.exit_code != 0), None)
+            if inst.culprit is not None:
+                inst.failed_unasked = not inst.stop_requested
+                if running:
+                    # The others would wait forever in a collective for the failed worker.
+                    self._signal(running, signal.SIGTERM)
+                    inst.kill_at = min(inst.kill_at or math.inf, now + self.options.failure_grace_seconds)
+        if running and inst.kill_at is not None and now >= inst.kill_at:
+            self._signal(running, signal.SIGKILL)
+            inst.kill_at = None
+        if running:
+            return None
+        inst.ended = True
+        return _exit_of(inst)
+
+    def _signal(self, workers: list[_Worker], sig: signal.Signals) -> None:
+        for w in workers:
+            # An adopted worker's pid may have been reused once it ended; only signal the one we started.
+            if w.popen is not None or procs.is_alive(w.pid, w.started):
+                procs.signal_group(w.pgid, sig)
+                if sig == signal.SIGKILL:
+                    w.killed = True
+
+    def _instance(self, instance_id: int) -> _Instance:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+        if inst is None:
+            raise KeyError(f"instance {instance_id} is not known to the local backend")
+        return inst
+
+
+def worker_log_path(log_path: Path, rank: int) -> Path:
+    """The log of one worker of a multi-worker instance, next to the instance's combined log."""
+    return log_path.with_name(f"{log_path.stem}.worker{rank}{log_path.suffix}")
+
+
+def _check(w: _Worker) -> None:
+    """Record the worker's end if it has ended: exit file first, else what wait() or the kill says."""
+    if w.done:
+        return
+    code: int | None
+    if w.popen is not None:
+        try:
+            state = os.waitid(os.P_PID, w.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            code = None
+        else:
+            if state is None:
+                return
+            # Not yet reaped, so its pid still names its group: children it left behind go too.
+            procs.signal_group(w.pgid, signal.SIGKILL)
+            code = w.popen.wait()
+    else:
+        if procs.is_alive(w.pid, w.started):
+            return
+        code = -signal.SIGKILL if w.killed else None
+    from_file = procs.read_exit_file(w.exit_file)
+    w.done = True
+    w.exit_code = from_file if from_file is not None else code
+
+
+def _exit_of(inst: _Instance) -> Exit:
+    iid = inst.instance_id
+    if len(inst.workers) == 1:
+        w = inst.workers[0]
+        if w.exit_code is None:
+            reason = f"the job's process (pid {w.pid}) vanished without an exit code"
+            return Exit(iid, None, reason, lost=True)
+        return Exit(iid, w.exit_code, procs.describe_exit(w.exit_code))
+    culprit = inst.culprit
+    if culprit is None:
+        return Exit(iid, 0, "completed")
+    who = f"worker {culprit.rank} on {culprit.node}"
+    if culprit.exit_code is None:
+        return Exit(iid, None, f"{who} vanished without an exit code", lost=True)
+    if inst.failed_unasked:
+        return Exit(iid, culprit.exit_code, f"{who} failed: {procs.describe_exit(culprit.exit_code)}")
+    return Exit(iid, culprit.exit_code, procs.describe_exit(culprit.exit_code))
+
+
+def _adopt(handle: Handle) -> _Instance:
+    data = handle.data
+    if data.get("backend") != LocalBackend.name:
+        raise ValueError(f"it belongs to the {data.get('backend')!r} backend")
+    workers = [_Worker.adopted(w) for w in data["workers"]]
+    if not workers:
+        raise ValueError("it lists no workers")
+    return _Instance(handle.instance_id, workers, Path(data["log_path"]), Path(data["notice_path"]))
+
+
+def _write_notice(path: Path, instance_id: int, grace_seconds: int) -> None:
+    """Create the preemption notice atomically: a job polling for it never reads half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + grace_seconds
+    body = {"instance_id": instance_id, "grace_seconds": grace_seconds, "deadline": deadline}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(body) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,54 @@
+"""Process facts from /proc and process-group signals, safe against pid reuse."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of a process in clock ticks since boot (/proc/<pid>/stat field 22); None if gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
+
+
+def is_alive(pid: int, started: int) -> bool:
+    """True if `pid` runs (not a zombie) and is the process that started at `started`, not a reused pid."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == started
+
+
+def signal_group(pgid: int, sig: signal.Signals) -> None:
+    """Send `sig` to every process of the group; a group that is already gone is fine."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def describe_exit(code: int) -> str:
+    """The words poll() uses for an exit code: negative codes are signals (as subprocess reports them)."""
+    if code == 0:
+        return "completed"
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def read_exit_file(path: Path) -> int | None:
+    """The exit code the supervisor wrote, or None when there is none (yet)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses; everything after the last ")" is fixed.
+    return raw[raw.rindex(")") + 2 :].split()

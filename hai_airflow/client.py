@@ -1,0 +1,376 @@
+"""Sync and async clients over the REST API: the only way the CLI, Airflow and user code talk to hai."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from hai_airflow.spec import (
+    InstanceView,
+    JobDetailView,
+    JobSpec,
+    JobView,
+    NodeView,
+    QueueEntryView,
+    QuotaView,
+    ResourcePackageView,
+    SubmitRequest,
+)
+
+API = "/api/v1"
+DEFAULT_SERVER = "http://127.0.0.1:8765"
+DEFAULT_REGION = "default"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def hai_home() -> Path:
+    """`$HAI_HOME`, default `~/.hai`."""
+    return Path(os.environ.get("HAI_HOME") or Path.home() / ".hai")
+
+
+class HaiError(Exception):
+    """The server refused a request: HTTP status, what failed, the field and the fix."""
+
+    def __init__(self, status: int, error: str, field: str | None = None, fix: str | None = None):
+        self.status = status
+        self.error = error
+        self.field = field
+        self.fix = fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        text = self.error.rstrip(".") + "."
+        if self.fix:
+            text += " " + self.fix.rstrip(".") + "."
+        return text
+
+
+class HaiUnreachable(HaiError):
+    """No server answered at the URL."""
+
+    def __init__(self, url: str, detail: str = ""):
+        super().__init__(
+            0,
+            f"cannot reach the hai server at {url}" + (f" ({detail})" if detail else ""),
+            fix="Start one with `hai serve`, or point --server / HAI_SERVER / HAI_REGION at a running one",
+        )
+        self.url = url
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the server is and who we are."""
+
+    server: str
+    token: str | None
+    region: str = DEFAULT_REGION
+
+
+def resolve_connection(
+    server: str | None = None, token: str | None = None, region: str | None = None
+) -> Connection:
+    """Explicit values first, then HAI_SERVER / HAI_TOKEN / HAI_REGION, then `$HAI_HOME` files.
+
+    `$HAI_HOME/client.toml` may hold `default_region = "..."` and a `[regions]` table of
+    region name -> server URL; `$HAI_HOME/token` holds the token `hai serve` wrote.
+    """
+    home = hai_home()
+    cfg: dict[str, Any] = {}
+    cfg_path = home / "client.toml"
+    if cfg_path.exists():
+        cfg = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+    region = region or os.environ.get("HAI_REGION") or cfg.get("default_region") or DEFAULT_REGION
+    regions: dict[str, str] = cfg.get("regions", {})
+    if server is None:
+        server = os.environ.get("HAI_SERVER")
+    if server is None:
+        if region in regions:
+            server = regions[region]
+        elif region != DEFAULT_REGION and os.environ.get("HAI_REGION"):
+            known = ", ".join(sorted(regions)) or "none configured"
+            raise HaiError(
+                2,
+                f"unknown region {region!r} (known: {known})",
+                field="HAI_REGION",
+                fix=f"Add it under [regions] in {cfg_path} or unset HAI_REGION",
+            )
+        else:
+            server = cfg.get("server") or DEFAULT_SERVER
+    if token is None:
+        token = os.environ.get("HAI_TOKEN")
+    if token is None:
+        token_path = home / "token"
+        if token_path.exists():
+            token = token_path.read_text(encoding="utf-8").strip() or None
+    return Connection(server=server.rstrip("/"), token=token, region=region)
+
+
+_JOBS = TypeAdapter(list[JobView])
+_INSTANCES = TypeAdapter(list[InstanceView])
+_QUEUE = TypeAdapter(list[QueueEntryView])
+_QUOTAS = TypeAdapter(list[QuotaView])
+_NODES = TypeAdapter(list[NodeView])
+_PACKAGES = TypeAdapter(list[ResourcePackageView])
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        body = resp.json()
+    except ValueError:
+        body = {"error": resp.text or resp.reason_phrase}
+    if isinstance(body, dict) and "error" in body:
+        raise HaiError(resp.status_code, str(body["error"]), body.get("field"), body.get("fix"))
+    raise HaiError(resp.status_code, f"HTTP {resp.status_code}: {body}")
+
+
+def _submit_body(spec: JobSpec, client_key: str | None) -> dict[str, Any]:
+    return SubmitRequest(spec=spec, client_key=client_key).model_dump(mode="json")
+
+
+def _job_params(
+    user: str | None, state: str | None, group: str | None, all_: bool, limit: int | None
+) -> dict[str, Any]:
+    params: dict[str, Any] = {"all": all_}
+    for k, v in (("user", user), ("state", state), ("group", group), ("limit", limit)):
+        if v is not None:
+            params[k] = v
+    return params
+
+
+class HaiClient:
+    """Blocking client. Every method raises `HaiError` (or `HaiUnreachable`) on failure.
+
+    :param server: base URL of `hai serve`; default from the environment / `$HAI_HOME`.
+    :param token: API token; default from `HAI_TOKEN` or `$HAI_HOME/token`.
+    :param region: region name looked up in `$HAI_HOME/client.toml`.
+    :param timeout: seconds for ordinary requests (long-polls add their own wait).
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        region: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.connection = resolve_connection(server, token, region)
+        headers = {"Authorization": f"Bearer {self.connection.token}"} if self.connection.token else {}
+        self._http = httpx.Client(
+            base_url=self.connection.server, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HaiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            resp = self._http.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise HaiUnreachable(self.connection.server, type(e).__name__) from None
+        _raise_for(resp)
+        return resp
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/health").json()
+
+    def whoami(self) -> dict[str, Any]:
+        return self._request("GET", f"{API}/whoami").json()
+
+    def resource_packages(self) -> list[ResourcePackageView]:
+        return _PACKAGES.validate_python(self._request("GET", f"{API}/resource-packages").json())
+
+    def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
+        body = _submit_body(spec, client_key)
+        return JobView.model_validate(self._request("POST", f"{API}/jobs", json=body).json())
+
+    def check_high_priority(self, gpus: int) -> dict[str, Any]:
+        """Would `gpus` more high-priority GPUs fit the caller's quota now? {allowed, reason}."""
+        return self._request("GET", f"{API}/quota/check", params={"gpus": gpus}).json()
+
+    def jobs(
+        self,
+        user: str | None = None,
+        state: str | None = None,
+        group: str | None = None,
+        all: bool = False,
+        limit: int | None = None,
+    ) -> list[JobView]:
+        params = _job_params(user, state, group, all, limit)
+        return _JOBS.validate_python(self._request("GET", f"{API}/jobs", params=params).json())
+
+    def job(self, job_id: int) -> JobDetailView:
+        return JobDetailView.model_validate(self._request("GET", f"{API}/jobs/{job_id}").json())
+
+    def job_by_key(self, client_key: str) -> JobView | None:
+        found = self._request("GET", f"{API}/jobs", params={"client_key": client_key, "all": True})
+        jobs = _JOBS.validate_python(found.json())
+        return jobs[0] if jobs else None
+
+    def instances(self, job_id: int) -> list[InstanceView]:
+        resp = self._request("GET", f"{API}/jobs/{job_id}/instances")
+        return _INSTANCES.validate_python(resp.json())
+
+    def instance(self, instance_id: int) -> InstanceView:
+        return InstanceView.model_validate(self._request("GET", f"{API}/instances/{instance_id}").json())
+
+    def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
+        """Long-poll: returns once the job's state differs from `since_state`, or at `timeout`."""
+        params: dict[str, Any] = {"timeout": timeout}
+        if since_state:
+            params["since_state"] = since_state
+        resp = self._request(
+            "GET", f"{API}/jobs/{job_id}/wait", params=params, timeout=timeout + 15
+        )
+        return JobView.model_validate(resp.json())
+
+    def log(self, instance_id: int, tail: int = 0) -> str:
+        return self._request("GET", f"{API}/instances/{instance_id}/log", params={"tail": tail}).text
+
+    def follow_log(self, instance_id: int, tail: int = 0) -> Iterator[str]:
+        params = {"tail": tail, "follow": True}
+        url = f"{API}/instances/{instance_id}/log"
+        try:
+            with self._http.stream("GET", url, params=params, timeout=None) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    _raise_for(resp)
+                yield from resp.iter_text()
+        except httpx.TransportError as e:
+            raise HaiUnreachable(self.connection.server, type(e).__name__) from None
+
+    def cancel(self, job_id: int) -> JobView:
+        return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/cancel").json())
+
+    def promote(self, job_id: int, max_schedule: int) -> JobView:
+        body = {"max_schedule": max_schedule}
+        resp = self._request("POST", f"{API}/jobs/{job_id}/promote", json=body)
+        return JobView.model_validate(resp.json())
+
+    def suspend(self, job_id: int) -> JobView:
+        return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/suspend").json())
+
+    def resume(self, job_id: int) -> JobView:
+        return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/resume").json())
+
+    def queue(self) -> list[QueueEntryView]:
+        return _QUEUE.validate_python(self._request("GET", f"{API}/queue").json())
+
+    def quota(self) -> QuotaView:
+        """The caller's and their group's quota and usage."""
+        return QuotaView.model_validate(self._request("GET", f"{API}/quota").json())
+
+    def quotas(self) -> list[QuotaView]:
+        """Every group the caller may see."""
+        return _QUOTAS.validate_python(self._request("GET", f"{API}/quotas").json())
+
+    def set_user_quota(self, user: str, gpus: int | None) -> QuotaView:
+        resp = self._request("PUT", f"{API}/quotas/users/{user}", json={"gpus": gpus})
+        return QuotaView.model_validate(resp.json())
+
+    def set_group_quota(self, group: str, gpus: int | None) -> QuotaView:
+        resp = self._request("PUT", f"{API}/quotas/groups/{group}", json={"gpus": gpus})
+        return QuotaView.model_validate(resp.json())
+
+    def nodes(self) -> list[NodeView]:
+        return _NODES.validate_python(self._request("GET", f"{API}/nodes").json())
+
+
+class AsyncHaiClient:
+    """The asyncio twin of `HaiClient` for what triggers and async code need."""
+
+    def __init__(
+        self,
+        server: str | None = None,
+        token: str | None = None,
+        region: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self.connection = resolve_connection(server, token, region)
+        headers = {"Authorization": f"Bearer {self.connection.token}"} if self.connection.token else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.connection.server, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncHaiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            resp = await self._http.request(method, path, **kw)
+        except httpx.TransportError as e:
+            raise HaiUnreachable(self.connection.server, type(e).__name__) from None
+        _raise_for(resp)
+        return resp
+
+    async def health(self) -> dict[str, Any]:
+        return (await self._request("GET", "/health")).json()
+
+    async def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
+        resp = await self._request("POST", f"{API}/jobs", json=_submit_body(spec, client_key))
+        return JobView.model_validate(resp.json())
+
+    async def check_high_priority(self, gpus: int) -> dict[str, Any]:
+        return (await self._request("GET", f"{API}/quota/check", params={"gpus": gpus})).json()
+
+    async def job(self, job_id: int) -> JobDetailView:
+        return JobDetailView.model_validate((await self._request("GET", f"{API}/jobs/{job_id}")).json())
+
+    async def instances(self, job_id: int) -> list[InstanceView]:
+        return _INSTANCES.validate_python((await self._request("GET", f"{API}/jobs/{job_id}/instances")).json())
+
+    async def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
+        params: dict[str, Any] = {"timeout": timeout}
+        if since_state:
+            params["since_state"] = since_state
+        resp = await self._request(
+            "GET", f"{API}/jobs/{job_id}/wait", params=params, timeout=timeout + 15
+        )
+        return JobView.model_validate(resp.json())
+
+    async def log(self, instance_id: int, tail: int = 0) -> str:
+        return (await self._request("GET", f"{API}/instances/{instance_id}/log", params={"tail": tail})).text
+
+    async def follow_log(self, instance_id: int, tail: int = 0) -> AsyncIterator[str]:
+        params = {"tail": tail, "follow": True}
+        try:
+            async with self._http.stream(
+                "GET", f"{API}/instances/{instance_id}/log", params=params, timeout=None
+            ) as resp:
+                if resp.status_code >= 400:
+                    await resp.aread()
+                    _raise_for(resp)
+                async for chunk in resp.aiter_text():
+                    yield chunk
+        except httpx.TransportError as e:
+            raise HaiUnreachable(self.connection.server, type(e).__name__) from None
+
+    async def cancel(self, job_id: int) -> JobView:
+        return JobView.model_validate((await self._request("POST", f"{API}/jobs/{job_id}/cancel")).json())
+
+    async def quotas(self) -> list[QuotaView]:
+        return _QUOTAS.validate_python((await self._request("GET", f"{API}/quotas")).json())

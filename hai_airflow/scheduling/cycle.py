@@ -1,0 +1,296 @@
+"""One planning cycle's working state and the per-job steps: place, else victims, else hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, NodeUse, Shape
+from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, raise_guard
+from hai_airflow.scheduling.hopeless import Hopeless
+from hai_airflow.scheduling.model import (
+    HOLDING,
+    WAITING,
+    Admit,
+    Decision,
+    Hold,
+    Job,
+    Node,
+    Placement,
+    Reject,
+    Reserve,
+    Snapshot,
+    Suspend,
+    WorkerPlacement,
+)
+from hai_airflow.scheduling.placement import (
+    NodeKinds,
+    describe_placement,
+    never_fits,
+    node_kinds,
+    place,
+    release,
+    shortfall,
+)
+from hai_airflow.scheduling.policies import Policy
+from hai_airflow.scheduling.quota import high_gpus, judge
+from hai_airflow.scheduling.victims import VictimPool, find_victims
+
+
+@dataclass(slots=True)
+class Cycle:
+    """Everything one cycle learns as it walks the queue; built from, and never writing to, the snapshot."""
+
+    snapshot: Snapshot
+    policy: Policy
+    cap: FreeCapacity
+    kinds: NodeKinds
+    victims: VictimPool
+    user_used: dict[str, int]
+    group_used: dict[str, int]
+    holder_of: dict[tuple[str, int], Job]
+    own_free: dict[int, dict[str, list[int]]]
+    """Per waiting job, its reserved GPUs that are free now (kept out of everyone else's reach)."""
+    own_held: dict[int, list[Job]]
+    """Per waiting job, the jobs still holding some of its reserved GPUs."""
+    precounted: set[int] = field(default_factory=set)
+    """Waiting jobs whose GPUs are already in the quota usage (they hold a reservation)."""
+    guard: Guard | None = None
+    decisions: list[Decision] = field(default_factory=list)
+    held: int = 0
+    cannot_fit: Hopeless = field(default_factory=Hopeless)
+    rejects: dict[Shape, str | None] = field(default_factory=dict)
+    shortfalls: dict[Shape, tuple[int, str]] = field(default_factory=dict)
+    last_hold: dict[tuple[Shape, bool], tuple[int, str, int | None]] = field(default_factory=dict)
+    """(shape, high) -> (capacity version, reason, blocked_by) of the last plain hold."""
+
+    @classmethod
+    def start(cls, snapshot: Snapshot, policy: Policy, now: float) -> Cycle:
+        """Free capacity = nodes minus what holding jobs use minus GPUs reserved for waiting jobs."""
+        holding = [j for j in snapshot.jobs if j.state in HOLDING]
+        holder_of, used = holders(snapshot.nodes, holding)
+        cap = FreeCapacity.build(snapshot.nodes, used)
+        waiting = {j.id for j in snapshot.jobs if j.state in WAITING}
+        own_free: dict[int, dict[str, list[int]]] = {}
+        own_held: dict[int, list[Job]] = {}
+        for r in snapshot.reservations:
+            f = cap.by_name.get(r.node)
+            if r.job_id not in waiting or f is None:
+                continue
+            f.reserved = True
+            free = [g for g in dict.fromkeys(r.gpus) if g in f.gpus]
+            cap.take(f, free, 0, 0)
+            own_free.setdefault(r.job_id, {}).setdefault(r.node, []).extend(free)
+            for g in r.gpus:
+                holder = holder_of.get((r.node, g))
+                if holder is not None and holder not in own_held.setdefault(r.job_id, []):
+                    own_held[r.job_id].append(holder)
+        # A job with a reservation already has GPUs set aside (victims were suspended for it), so
+        # it counts against quota like a running job; otherwise others could use up the quota first.
+        reserving = [j for j in snapshot.jobs if j.id in own_free or j.id in own_held]
+        user_used, group_used = high_gpus([*holding, *reserving])
+        return cls(snapshot, policy, cap, node_kinds(snapshot.nodes),
+                   VictimPool.build(holding, cap, policy, now), user_used, group_used,
+                   holder_of, own_free, own_held, precounted={j.id for j in reserving})
+
+    # ---- the steps for one waiting job, in order -------------------------------------------------
+
+    def decide(self, job: Job) -> None:
+        """Reject, else quota, else place, else wait for own victims, else new victims, else hold."""
+        shape = Shape.of(job)
+        rejected = self.never_fits(shape)
+        if rejected is not None:
+            self.decisions.append(Reject(job.id, rejected))
+            return
+        high = job.max_schedule > 0
+        if high:
+            own = job.total_gpus if job.id in self.precounted else 0
+            verdict = judge(job.user, job.group, job.total_gpus, self.user_used.get(job.user, 0) - own,
+                            self.group_used.get(job.group, 0) - own, self.snapshot.quota)
+            if not verdict.allowed:
+                self.hold(job, verdict.reason)
+                return
+        plain = job.id not in self.own_free and job.id not in self.own_held
+        if plain:
+            # Same shape, same class, nothing changed since it was held: same outcome. This keeps a
+            # long queue behind a full cluster cheap.
+            seen = self.last_hold.get((shape, high))
+            if seen is not None and seen[0] == self.cap.version:
+                self.hold(job, seen[1], seen[2])
+                return
+        held = self.seek(job, shape, high)
+        if held is not None:
+            reason, blocked_by, repeatable = held
+            if plain and repeatable:
+                self.last_hold[(shape, high)] = (self.cap.version, reason, blocked_by)
+            self.hold(job, reason, blocked_by)
+
+    def seek(self, job: Job, shape: Shape, high: bool) -> tuple[str, int | None, bool] | None:
+        """Admit or preempt for the job; else say why it is held (and if that holds for its shape)."""
+        reserved = job.id in self.own_free
+        placement, how = self.place_reserved(job, shape) if reserved else (self.place(shape), "")
+        if placement is not None:
+            self.admit(job, placement, how)
+            return None
+        if job.id in self.own_held:
+            holders = self.own_held[job.id]
+            return waiting_for(holders), holders[0].id, False
+        if high and self.policy.preempts and self.preempt(job, shape, memo=not reserved):
+            return None
+        if self.guard is not None and fits_with_guard_nodes(self.cap, self.guard, shape):
+            return self.guard.reason(), self.guard.job_id, True
+        reason = self.shortfall(shape)
+        if high and self.policy.preempts:
+            reason += "; suspending running low-priority jobs would not make room"
+        if self.guard is None and (high or self.policy.guards_any_job):
+            self.guard = raise_guard(self.cap, job.id, shape)
+            if self.guard is not None:
+                return f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)", None, False
+        return reason, None, True
+
+    def never_fits(self, shape: Shape) -> str | None:
+        if shape not in self.rejects:
+            self.rejects[shape] = never_fits(self.kinds, shape)
+        return self.rejects[shape]
+
+    def place(self, shape: Shape) -> Placement | None:
+        """Place on shared free capacity; a shape that failed once fails all cycle (capacity only shrinks)."""
+        pools = self.cap.pools(shape)
+        if self.cannot_fit.holds(shape, pools):
+            return None
+        placement = place(self.cap, shape)
+        if placement is None:
+            self.cannot_fit.add(shape, pools)
+        return placement
+
+    def place_reserved(self, job: Job, shape: Shape) -> tuple[Placement | None, str]:
+        """A job with a reservation goes onto its reserved GPUs when they suffice, else anywhere it fits
+        (sooner is better than waiting for the rest of its victims)."""
+        own = self.own_free.pop(job.id)
+        nodes = [(self.cap.by_name[n], gpus) for n, gpus in own.items()]
+        for f, gpus in nodes:
+            self.cap.give(f, gpus, 0, 0)
+        placement = on_reserved(self.cap, shape, nodes)
+        if placement is not None:
+            return placement, "on its reserved GPUs"
+        placement = place(self.cap, shape)
+        if placement is None:
+            for f, gpus in nodes:
+                self.cap.take(f, gpus, 0, 0)
+            self.own_free[job.id] = own
+        return placement, ""
+
+    def preempt(self, job: Job, shape: Shape, memo: bool) -> bool:
+        """Suspend the chosen victims and reserve the preemptor's placement on what they free."""
+        victims = find_victims(self.cap, shape, self.victims, memo)
+        placement = self.place_after_suspending(victims, shape) if victims else None
+        if placement is None:
+            return False
+        self.victims.taken.update(v.id for v in victims)
+        rule = self.policy.victim_rule if len(victims) == 1 else (
+            f"no single job frees enough; fewest jobs in order: {self.policy.victim_rule}")
+        for v in victims:
+            self.decisions.append(Suspend(v.id, job.id, f"suspended so high-priority job {job.id} "
+                                                        f"can run ({rule})"))
+        ids = ", ".join(str(v.id) for v in victims)
+        self.decisions.append(Reserve(job.id, placement,
+                                      f"GPUs freed by suspending job{'s' * (len(victims) > 1)} {ids} "
+                                      f"are held for job {job.id}: {describe_placement(placement)}"))
+        self.count_quota(job)
+        self.hold(job, waiting_for(victims), blocked_by=victims[0].id)
+        return True
+
+    def place_after_suspending(self, victims: list[Job], shape: Shape) -> Placement | None:
+        """Place as if the victims were gone; what they free beyond that stays held this cycle."""
+        touched: dict[str, NodeFree] = {}
+        for v in victims:
+            for w in v.placement:
+                if w.node in self.cap.by_name:
+                    touched[w.node] = self.cap.by_name[w.node]
+        before = {n: (set(f.gpus), f.cpus, f.memory_gb) for n, f in touched.items()}
+        for v in victims:
+            for w in v.placement:
+                if w.node in touched:
+                    self.cap.give(touched[w.node], w.gpus, w.cpus, w.memory_gb)
+        placement = place(self.cap, shape)
+        for n, f in touched.items():
+            gpus, cpus, memory = before[n]
+            self.cap.restrict(f, [g for g in f.gpus if g in gpus], min(f.cpus, cpus),
+                              min(f.memory_gb, memory))
+        return placement
+
+    def shortfall(self, shape: Shape) -> str:
+        """Why it does not fit now (cached until capacity changes)."""
+        cached = self.shortfalls.get(shape)
+        if cached is None or cached[0] != self.cap.version:
+            cached = (self.cap.version, shortfall(self.cap, shape))
+            self.shortfalls[shape] = cached
+        return cached[1]
+
+    # ---- decisions ------------------------------------------------------------------------------
+
+    def admit(self, job: Job, placement: Placement, how: str) -> None:
+        verb = "resumes" if job.state == "SUSPENDED" else "starts"
+        where = describe_placement(placement)
+        self.decisions.append(Admit(job.id, placement, job.state == "SUSPENDED",
+                                    f"{verb} on {where}{' ' + how if how else ''}"))
+        self.count_quota(job)
+
+    def count_quota(self, job: Job) -> None:
+        """An admitted or reserved high job counts against its user's and group's quota at once."""
+        if job.max_schedule > 0 and job.id not in self.precounted:
+            self.user_used[job.user] = self.user_used.get(job.user, 0) + job.total_gpus
+            self.group_used[job.group] = self.group_used.get(job.group, 0) + job.total_gpus
+
+    def hold(self, job: Job, reason: str, blocked_by: int | None = None) -> None:
+        self.held += 1
+        self.decisions.append(Hold(job.id, reason, self.held, blocked_by))
+
+
+def holders(
+    nodes: tuple[Node, ...], holding: list[Job]
+) -> tuple[dict[tuple[str, int], Job], dict[str, NodeUse]]:
+    """Who holds each GPU, and what is in use per node (unknown nodes, bad or doubly held GPUs skipped)."""
+    size = {n.name: n.gpus for n in nodes}
+    holder_of: dict[tuple[str, int], Job] = {}
+    used: dict[str, tuple[set[int], float, float]] = {}
+    for job in holding:
+        for w in job.placement:
+            if w.node not in size:
+                continue
+            gpus, cpus, memory_gb = used.get(w.node, (set(), 0.0, 0.0))
+            for g in w.gpus:
+                if 0 <= g < size[w.node] and (w.node, g) not in holder_of:
+                    holder_of[(w.node, g)] = job
+                    gpus.add(g)
+            used[w.node] = (gpus, cpus + w.cpus, memory_gb + w.memory_gb)
+    return holder_of, dict(used)
+
+
+def on_reserved(cap: FreeCapacity, shape: Shape, nodes: list[tuple[NodeFree, list[int]]]) -> Placement | None:
+    """Gang placement using only the job's reserved GPUs (lowest first); None when they do not suffice."""
+    if shape.gpus == 0:
+        return None
+    allowed = set(cap.pools(shape))
+    taken: list[WorkerPlacement] = []
+    for _ in range(shape.workers):
+        for f, gpus in nodes:
+            free = [g for g in gpus if g in f.gpus]
+            if f.node.gpu_type in allowed and f.fits(shape) and len(free) >= shape.gpus:
+                w = WorkerPlacement(f.node.name, tuple(free[: shape.gpus]), shape.cpus, shape.memory_gb)
+                cap.take(f, w.gpus, w.cpus, w.memory_gb)
+                taken.append(w)
+                allowed = {f.node.gpu_type}  # one GPU type for the whole gang
+                break
+        else:
+            release(cap, tuple(taken))
+            return None
+    return tuple(taken)
+
+
+def waiting_for(holders: list[Job]) -> str:
+    """Hold reason of a preemptor whose GPUs are still being freed."""
+    ids = ", ".join(str(h.id) for h in holders)
+    plural = "s" if len(holders) > 1 else ""
+    suspending = all(h.state in ("SUSPENDING", "RUNNING") and h.max_schedule == 0 for h in holders)
+    verb = "suspend" if suspending else "release its GPUs" if len(holders) == 1 else "release their GPUs"
+    return f"waiting for job{plural} {ids} to {verb}"

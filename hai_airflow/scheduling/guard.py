@@ -1,0 +1,86 @@
+"""Starvation guard: nodes kept for the first job that cannot be placed even with preemption."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hai_airflow.scheduling.capacity import ANY, FreeCapacity, NodeFree, Shape, workers_fitting
+
+
+@dataclass(slots=True)
+class Guard:
+    """The guarded job and its nodes; later jobs in the order may not be placed there this cycle."""
+
+    job_id: int
+    nodes: list[NodeFree]
+    room: dict[Shape, dict[str, int]] = field(default_factory=dict)
+    """Per shape and pool, workers the guard nodes could hold (they are frozen, so it never changes)."""
+
+    text: str = ""
+    """The node list in words, e.g. `n1,n2` or `n1,n2,n3,n4 and 5 more` (set by `raise_guard`)."""
+
+    def reason(self) -> str:
+        return f"nodes {self.text} reserved for job {self.job_id} (starvation guard)"
+
+
+def node_list(nodes: list[NodeFree], limit: int = 4) -> str:
+    """Node names for a reason, at most `limit` of them."""
+    names = [f.node.name for f in nodes[: limit + 1]]
+    shown = ",".join(names[:limit])
+    return shown if len(nodes) <= limit else f"{shown} and {len(nodes) - limit} more"
+
+
+def nearest_nodes(cap: FreeCapacity, shape: Shape) -> list[NodeFree]:
+    """Nodes nearest to fitting the job: most free GPUs (then CPUs, memory) first, enough for all workers.
+
+    Among GPU types (gpu_type None) the type whose chosen nodes have the most free GPUs wins.
+    Nodes carrying another job's reservation are left alone.
+    """
+    best: tuple[int, list[NodeFree]] | None = None
+    for pool in cap.pools(shape):
+        members = [
+            f for f in cap.nodes
+            if not f.blocked and not f.reserved and (pool == ANY or f.node.gpu_type == pool)
+            and workers_fitting(f.node.gpus, f.node.cpus, f.node.memory_gb, shape) > 0
+        ]
+        members.sort(key=lambda f: (-len(f.gpus), -f.cpus, -f.memory_gb, f.ordinal))
+        chosen: list[NodeFree] = []
+        room = 0
+        for f in members:
+            chosen.append(f)
+            room += workers_fitting(f.node.gpus, f.node.cpus, f.node.memory_gb, shape)
+            if room >= shape.workers:
+                break
+        else:
+            continue
+        free = sum(len(f.gpus) for f in chosen)
+        if best is None or free > best[0]:
+            best = (free, chosen)
+    return best[1] if best else []
+
+
+def raise_guard(cap: FreeCapacity, job_id: int, shape: Shape) -> Guard | None:
+    """Block the nearest nodes for `job_id` for the rest of the cycle."""
+    nodes = nearest_nodes(cap, shape)
+    if not nodes:
+        return None
+    for f in nodes:
+        cap.block(f)
+    return Guard(job_id, nodes, text=node_list(nodes))
+
+
+def fits_with_guard_nodes(cap: FreeCapacity, guard: Guard, shape: Shape) -> bool:
+    """Would the shape fit if the guard's nodes were open to it? (Only the guard stops it.)"""
+    room = guard.room.get(shape)
+    if room is None:
+        room = {}
+        for f in guard.nodes:
+            for pool in cap.pools(shape):
+                if pool in (ANY, f.node.gpu_type):
+                    room[pool] = room.get(pool, 0) + f.fits(shape)
+        guard.room[shape] = room
+    for pool, held in room.items():
+        if held and (held >= shape.workers
+                     or held + cap.count_fitting(pool, shape, shape.workers - held) >= shape.workers):
+            return True
+    return False

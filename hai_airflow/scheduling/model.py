@@ -1,0 +1,152 @@
+"""The planner's world: an immutable snapshot in, a list of decisions out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hai_airflow.spec import PriorityClass, priority_class
+
+RunState = Literal["PENDING", "SUSPENDED", "STARTING", "RUNNING", "SUSPENDING"]
+WAITING: frozenset[str] = frozenset({"PENDING", "SUSPENDED"})
+HOLDING: frozenset[str] = frozenset({"STARTING", "RUNNING", "SUSPENDING"})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine: capacity only; what is used is derived from the jobs holding it."""
+
+    name: str
+    gpu_type: str
+    gpus: int
+    cpus: float
+    memory_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlacement:
+    """Where one worker runs: a node and the GPU indices on it."""
+
+    node: str
+    gpus: tuple[int, ...]
+    cpus: float = 0
+    memory_gb: float = 0
+
+
+Placement = tuple[WorkerPlacement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as the planner sees it. Times are seconds on the caller's clock (`now`)."""
+
+    id: int
+    user: str
+    group: str
+    state: RunState
+    max_schedule: int
+    submitted_at: float
+    workers: int = 1
+    gpus_per_worker: int = 0
+    cpus_per_worker: float = 0
+    memory_gb_per_worker: float = 0
+    gpu_type: str | None = None
+    started_at: float | None = None
+    """Start of the current run (holding jobs)."""
+    placement: Placement = ()
+    """Where a holding job runs."""
+    suspended_seconds: float = 0
+    """Total time spent suspended so far (waiting again after a preemption)."""
+    suspended_at: float | None = None
+    """When the current suspension began (SUSPENDED jobs)."""
+    preemptions: int = 0
+    last_checkpoint_at: float | None = None
+    elastic: bool = False
+
+    @property
+    def priority(self) -> PriorityClass:
+        return priority_class(self.max_schedule)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """High-priority GPU limits: a group's and, per member, a personal one (None = unlimited)."""
+
+    groups: dict[str, int | None] = field(default_factory=dict)
+    users: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs freed (or being freed) by suspensions, held for the preemptor that caused them."""
+
+    job_id: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    nodes: tuple[Node, ...]
+    jobs: tuple[Job, ...]
+    """Every unfinished job: waiting (PENDING/SUSPENDED) and holding (STARTING/RUNNING/SUSPENDING)."""
+    quota: Quota = field(default_factory=Quota)
+    reservations: tuple[Reservation, ...] = ()
+    policy: str = "seed"
+    """Name of the ordering/victim strategy (see `policies.POLICIES`)."""
+
+
+# ---- decisions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start (or resume, for a SUSPENDED job) the job on this placement."""
+
+    job_id: int
+    placement: Placement
+    resume: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """Suspend a running low-priority job so that `preemptor_id` can run."""
+
+    job_id: int
+    preemptor_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """Hold these GPUs for the preemptor until it is admitted (controller stores it)."""
+
+    job_id: int
+    placement: Placement
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The job keeps waiting; `reason` says why, in words a user understands."""
+
+    job_id: int
+    reason: str
+    position: int
+    blocked_by: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The job can never run on this cluster (e.g. no node of its GPU type is large enough)."""
+
+    job_id: int
+    reason: str
+
+
+Decision = Admit | Suspend | Reserve | Hold | Reject

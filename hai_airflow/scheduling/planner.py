@@ -1,0 +1,31 @@
+"""The scheduling cycle: `plan(snapshot, now)` turns a snapshot into decisions, purely."""
+
+from __future__ import annotations
+
+from hai_airflow.scheduling.cycle import Cycle
+from hai_airflow.scheduling.model import WAITING, Decision, Snapshot
+from hai_airflow.scheduling.policies import POLICIES
+
+
+def plan(snapshot: Snapshot, now: float) -> list[Decision]:
+    """One scheduling cycle. Pure: no I/O, no clock, no randomness; the snapshot is not modified.
+
+    1. snapshot -> free-capacity index (holding jobs and live reservations subtracted);
+    2. order the waiting queue (PENDING and SUSPENDED jobs) by the snapshot's policy;
+    3. for each head, in order: Reject if it can never fit; Hold if high priority would break
+       quota; Admit if it can be placed (a reservation first); Hold while its own victims suspend;
+       Suspend victims + Reserve (high jobs only); else Hold, raising the starvation guard for the
+       first high job (any job under fifo) that cannot be placed even with preemption;
+    4. return the decisions, in queue order.
+
+    Every waiting job gets exactly one of Admit, Hold or Reject; Suspend and Reserve come just
+    before the preemptor's Hold. Hold.position counts held jobs from 1 in queue order.
+    """
+    policy = POLICIES.get(snapshot.policy)
+    if policy is None:
+        raise ValueError(f"unknown scheduling policy {snapshot.policy!r}; choose one of {sorted(POLICIES)}")
+    cycle = Cycle.start(snapshot, policy, now)
+    queue = sorted((j for j in snapshot.jobs if j.state in WAITING), key=lambda j: policy.queue_key(j, now))
+    for job in queue:
+        cycle.decide(job)
+    return cycle.decisions

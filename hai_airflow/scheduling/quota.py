@@ -1,0 +1,66 @@
+"""The high-priority quota rule: may a job be (or become) high priority now?"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hai_airflow.scheduling.model import Job, Quota
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaVerdict:
+    """Outcome of the quota check; `*_used` include the job being judged, limits None = unlimited."""
+
+    allowed: bool
+    reason: str
+    user_used: int
+    user_limit: int | None
+    group_used: int
+    group_limit: int | None
+
+
+def high_gpus(jobs: Iterable[Job]) -> tuple[dict[str, int], dict[str, int]]:
+    """Usage counts the GPUs of high-priority jobs, per user and per group."""
+    per_user: dict[str, int] = {}
+    per_group: dict[str, int] = {}
+    for job in jobs:
+        if job.max_schedule > 0:
+            per_user[job.user] = per_user.get(job.user, 0) + job.total_gpus
+            per_group[job.group] = per_group.get(job.group, 0) + job.total_gpus
+    return per_user, per_group
+
+
+def judge(user: str, group: str, gpus: int, user_used: int, group_used: int, quota: Quota) -> QuotaVerdict:
+    """High priority is allowed while usage plus `gpus` stays within the user's and the group's limit."""
+    user_limit = quota.users.get(user)
+    group_limit = quota.groups.get(group)
+    user_total, group_total = user_used + gpus, group_used + gpus
+    if user_limit is not None and user_total > user_limit:
+        reason = f"over your high-priority quota ({user_total}/{user_limit} GPUs)"
+    elif group_limit is not None and group_total > group_limit:
+        reason = f"over group {group}'s high-priority quota ({group_total}/{group_limit} GPUs)"
+    else:
+        yours = f"yours {user_total}/{user_limit} GPUs" if user_limit is not None else "no personal limit"
+        theirs = f"group {group} {group_total}/{group_limit} GPUs" if group_limit is not None else (
+            f"group {group} unlimited")
+        return QuotaVerdict(True, f"within quota ({yours}, {theirs})", user_total, user_limit,
+                            group_total, group_limit)
+    return QuotaVerdict(False, reason, user_total, user_limit, group_total, group_limit)
+
+
+def high_priority_allowed(
+    user: str,
+    group: str,
+    gpus: int,
+    jobs: Iterable[Job],
+    quota: Quota,
+    exclude_job: int | None = None,
+) -> QuotaVerdict:
+    """May a job of `gpus` GPUs be high priority, given every unfinished job in `jobs`?
+
+    :param jobs: every unfinished job (waiting and holding); only high-priority ones count.
+    :param exclude_job: the job being promoted or re-checked, so it is not counted twice.
+    """
+    per_user, per_group = high_gpus(j for j in jobs if j.id != exclude_job)
+    return judge(user, group, gpus, per_user.get(user, 0), per_group.get(group, 0), quota)

@@ -1,0 +1,87 @@
+"""The priority weight: the queue and resume order of waiting jobs (the "seed" policy)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hai_airflow.scheduling.model import Job
+
+HIGH_BASE = 1e9
+"""Added to every high-priority score so any high job outranks any low one (fits Airflow's int32)."""
+
+LOST_WORK_FACTOR = 2.0
+"""Each second a job already spent suspended counts this many seconds of waiting."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightTerm:
+    """One named contribution to a job's weight, with a note saying where it comes from."""
+
+    name: str
+    value: float
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class Weight:
+    """A job's priority weight: `score` (higher runs first), `sort_key` (ascending = queue order)."""
+
+    score: float
+    sort_key: tuple[float | int, ...]
+    terms: tuple[WeightTerm, ...]
+
+
+def deadline(job: Job) -> float:
+    """A high job's deadline: submitted_at + max_schedule hours (its promised queueing time)."""
+    return job.submitted_at + job.max_schedule * 3600.0
+
+
+def lost_seconds(job: Job, now: float) -> float:
+    """Time lost to suspension: past suspensions plus the ongoing one of a SUSPENDED job."""
+    ongoing = now - job.suspended_at if job.state == "SUSPENDED" and job.suspended_at is not None else 0.0
+    return job.suspended_seconds + max(ongoing, 0.0)
+
+
+def queue_key(job: Job, now: float) -> tuple[float | int, ...]:
+    """Seed queue order, ascending.
+
+    1. high priority before low;
+    2. high: earliest deadline first (submitted_at + max_schedule * 3600);
+    3. low: highest `(now - submitted_at) + LOST_WORK_FACTOR * lost_seconds` first, so a job that
+       was suspended resumes before newer work;
+    4. tie-break: job id.
+    """
+    if job.max_schedule > 0:
+        return (0, deadline(job), job.id)
+    return (1, -(now - job.submitted_at + LOST_WORK_FACTOR * lost_seconds(job, now)), job.id)
+
+
+def weight(job: Job, now: float) -> Weight:
+    """The job's weight with its terms; `sort_key` is `queue_key` (the one definition of the order).
+
+    score = HIGH_BASE + (now - deadline)                          for high priority (later = more urgent)
+    score = (now - submitted_at) + LOST_WORK_FACTOR * lost_seconds for low priority
+    """
+    key = queue_key(job, now)
+    waited = now - job.submitted_at
+    terms: tuple[WeightTerm, ...]
+    if job.max_schedule > 0:
+        overdue = now - deadline(job)
+        terms = (
+            WeightTerm("priority class", HIGH_BASE, "high priority (max_schedule > 0)"),
+            WeightTerm(
+                "deadline", overdue, f"seconds past the {job.max_schedule} h max_schedule deadline"
+            ),
+        )
+    else:
+        lost = lost_seconds(job, now)
+        terms = (
+            WeightTerm("priority class", 0.0, "low priority (max_schedule = 0)"),
+            WeightTerm("waiting", waited, "seconds since submission"),
+            WeightTerm(
+                "lost to suspension",
+                LOST_WORK_FACTOR * lost,
+                f"{LOST_WORK_FACTOR:g} x {lost:g} seconds spent suspended",
+            ),
+        )
+    return Weight(score=sum(t.value for t in terms), sort_key=key, terms=terms)

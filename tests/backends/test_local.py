@@ -1,0 +1,157 @@
+"""The local backend with real processes: environment, working directory, exit codes, logs, stops."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from hai_airflow.backends import procs
+from hai_airflow.backends.base import StartError
+
+from .conftest import Cluster
+
+# GPU indices in placements are fakes: these processes only see CUDA_VISIBLE_DEVICES, no GPU is used.
+
+
+def log_lines(cluster: Cluster, instance_id: int) -> list[str]:
+    return cluster.backend.read_log(instance_id).splitlines()
+
+
+def wait_for_log(cluster: Cluster, instance_id: int, text: str, timeout: float = 3) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in cluster.backend.read_log(instance_id):
+        assert time.monotonic() < deadline, f"{text!r} never appeared in the log"
+        time.sleep(0.02)
+
+
+def test_standalone_job_sees_its_environment_and_starts_in_code_path(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAI_TEST_OUTER", "from-server")
+    cmd = (
+        'echo "cwd=$(pwd)"; echo "CVD=$CUDA_VISIBLE_DEVICES"; echo "JOB=$HAI_JOB_ID"; '
+        'echo "EXTRA=$EXTRA"; echo "OUTER=$HAI_TEST_OUTER"; echo "RANK=${RANK-unset}"; '
+        'echo "NODE=$HAI_NODE GPW=$HAI_GPUS_PER_WORKER IDX=$HAI_WORKER_INDEX"'
+    )
+    h = cluster.start(cmd, gpus=((2, 5),), env={"EXTRA": "x y"})
+    ended = cluster.wait(h.instance_id)
+    assert (ended.exit_code, ended.reason, ended.lost) == (0, "completed", False)
+    assert log_lines(cluster, h.instance_id) == [
+        f"cwd={cluster.code}",
+        "CVD=2,5",
+        "JOB=101",
+        "EXTRA=x y",
+        "OUTER=from-server",
+        "RANK=unset",
+        "NODE=node-0 GPW=2 IDX=0",
+    ]
+    assert cluster.backend.poll() == [], "an ended instance is reported exactly once"
+
+
+def test_cpu_job_sees_an_empty_cuda_visible_devices(cluster: Cluster) -> None:
+    h = cluster.start('echo "CVD=[${CUDA_VISIBLE_DEVICES-unset}]"', mode="cpu", gpus=((),))
+    assert cluster.wait(h.instance_id).exit_code == 0
+    assert log_lines(cluster, h.instance_id) == ["CVD=[]"]
+
+
+def test_failure_reports_the_exit_code_and_keeps_stderr_in_the_log(cluster: Cluster) -> None:
+    h = cluster.start("echo oops >&2; exit 3")
+    ended = cluster.wait(h.instance_id)
+    assert (ended.exit_code, ended.reason) == (3, "exit code 3")
+    assert log_lines(cluster, h.instance_id) == ["oops"]
+
+
+def test_read_log_tail_keeps_the_last_lines(cluster: Cluster) -> None:
+    h = cluster.start("for i in 1 2 3 4 5; do echo line$i; done")
+    cluster.wait(h.instance_id)
+    assert cluster.backend.read_log(h.instance_id, tail=2) == "line4\nline5\n"
+    assert cluster.backend.read_log(h.instance_id, tail=0).count("\n") == 5
+    with pytest.raises(KeyError):
+        cluster.backend.read_log(999)
+
+
+def test_follow_log_yields_while_running_and_stops_after_the_end(cluster: Cluster) -> None:
+    h = cluster.start("echo first; sleep 0.6; echo second")
+    chunks = list(cluster.backend.follow_log(h.instance_id))
+    assert "".join(chunks) == "first\nsecond\n"
+    assert chunks[0] == "first\n", "the first line arrives before the job ends"
+
+
+def test_stop_without_notice_kills_the_whole_process_group_within_a_second(cluster: Cluster) -> None:
+    h = cluster.start("sleep 30 & echo $! > child.pid; echo ready; wait")
+    wait_for_log(cluster, h.instance_id, "ready")
+    child = int((cluster.code / "child.pid").read_text())
+    child_start = procs.start_time(child)
+    assert child_start is not None
+    t0 = time.monotonic()
+    cluster.backend.stop(h.instance_id, grace_seconds=0, notice=False)
+    ended = cluster.wait(h.instance_id, timeout=1)
+    assert time.monotonic() - t0 < 1
+    assert (ended.exit_code, ended.reason) == (-9, "killed by signal 9")
+    assert not procs.is_alive(child, child_start), "a background child of the job survived the kill"
+    assert not Path(h.data["notice_path"]).exists()
+
+
+def test_elastic_stop_writes_the_notice_and_a_clean_exit_in_grace_counts(cluster: Cluster) -> None:
+    cmd = (
+        "trap 'test -f \"$HAI_PREEMPT_NOTICE\" && echo notice-seen; exit 0' TERM; "
+        "echo ready; while :; do sleep 0.05; done"
+    )
+    h = cluster.start(cmd, elastic=True)
+    wait_for_log(cluster, h.instance_id, "ready")
+    cluster.backend.stop(h.instance_id, grace_seconds=5, notice=True)
+    ended = cluster.wait(h.instance_id, timeout=3)
+    assert (ended.exit_code, ended.reason) == (0, "completed")
+    assert "notice-seen" in cluster.backend.read_log(h.instance_id)
+    notice = Path(h.data["notice_path"])
+    assert notice == cluster.tmp / "instance-1" / "PREEMPT_NOTICE"
+    assert json.loads(notice.read_text())["grace_seconds"] == 5
+
+
+def test_job_ignoring_sigterm_is_killed_after_the_grace(cluster: Cluster) -> None:
+    h = cluster.start("trap '' TERM; echo ready; sleep 30")
+    wait_for_log(cluster, h.instance_id, "ready")
+    t0 = time.monotonic()
+    cluster.backend.stop(h.instance_id, grace_seconds=1, notice=True)
+    time.sleep(0.5)
+    assert cluster.backend.poll() == [], "killed before the grace ran out"
+    ended = cluster.wait(h.instance_id, timeout=2)
+    assert 1 <= time.monotonic() - t0 < 2
+    assert (ended.exit_code, ended.reason) == (-9, "killed by signal 9")
+
+
+def test_grace_without_notice_sends_sigterm_and_writes_no_notice(cluster: Cluster) -> None:
+    h = cluster.start("echo ready; sleep 30")
+    wait_for_log(cluster, h.instance_id, "ready")
+    cluster.backend.stop(h.instance_id, grace_seconds=5, notice=False)
+    ended = cluster.wait(h.instance_id, timeout=2)
+    assert (ended.exit_code, ended.reason) == (-15, "killed by signal 15")
+    assert not Path(h.data["notice_path"]).exists()
+
+
+def test_missing_code_path_is_a_start_error(cluster: Cluster) -> None:
+    launch = cluster.launch("true", code_path=str(cluster.tmp / "nowhere"))
+    with pytest.raises(StartError, match=r"code_path .*nowhere is not a directory"):
+        cluster.backend.start(launch)
+
+
+def test_configured_image_puts_its_environment_first_on_path(cluster: Cluster) -> None:
+    venv = cluster.tmp / "venvs" / "torch-img"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "hello").write_text("#!/bin/sh\necho hello from the image\n")
+    (venv / "bin" / "hello").chmod(0o755)
+    backend = cluster.new_backend(images={"torch-img": str(venv)})
+    h = cluster.start('hello; echo "VENV=$VIRTUAL_ENV"', backend=backend, image="torch-img")
+    assert cluster.wait(h.instance_id, backend=backend).exit_code == 0
+    assert backend.read_log(h.instance_id).splitlines() == ["hello from the image", f"VENV={venv}"]
+    other = cluster.start("true", backend=backend, image="registry/unknown:1")
+    assert other.data["image"] == "registry/unknown:1", "an image without a venv is recorded only"
+    assert cluster.wait(other.instance_id, backend=backend).exit_code == 0
+
+
+def test_unknown_option_is_refused_with_its_name(cluster: Cluster) -> None:
+    with pytest.raises(ValueError, match="imagez"):
+        cluster.new_backend(imagez={})

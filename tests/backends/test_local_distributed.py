@@ -1,0 +1,88 @@
+"""Distributed instances on the local backend: rank variables, per-worker logs, one failure stops all."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+
+import pytest
+
+from hai_airflow.backends import procs
+from hai_airflow.backends.base import StartError
+from hai_airflow.backends.local import worker_log_path
+
+from .conftest import Cluster
+
+# GPU indices in placements are fakes: the workers only see CUDA_VISIBLE_DEVICES, no GPU is used.
+
+PRINT_RANKS = (
+    'echo "R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LS=$LOCAL_WORLD_SIZE HR=$HOROVOD_RANK HS=$HOROVOD_SIZE '
+    "HL=$HOROVOD_LOCAL_RANK HLS=$HOROVOD_LOCAL_SIZE A=$MASTER_ADDR P=$MASTER_PORT C=$CUDA_VISIBLE_DEVICES "
+    'I=$HAI_WORKER_INDEX N=$HAI_NODE G=$HAI_GPUS_PER_WORKER J=$HAI_JOB_ID"'
+)
+
+
+def test_two_workers_see_their_ranks_and_one_rendezvous(cluster: Cluster) -> None:
+    h = cluster.start(PRINT_RANKS, mode="distributed", gpus=((0, 1), (2, 3)), nodes=("node-a", "node-a"))
+    ended = cluster.wait(h.instance_id)
+    assert (ended.exit_code, ended.reason) == (0, "completed")
+    combined = cluster.backend.read_log(h.instance_id)
+    lines = sorted(combined.splitlines())
+    assert len(lines) == 2
+    port = h.data["master_port"]
+    for rank, line in enumerate(lines):
+        gpus = "0,1" if rank == 0 else "2,3"
+        assert line == (
+            f"[worker {rank}] R={rank} W=2 L={rank} LS=2 HR={rank} HS=2 HL={rank} HLS=2 A=127.0.0.1 "
+            f"P={port} C={gpus} I={rank} N=node-a G=2 J=101"
+        )
+    # Each worker also has its own log, without the prefix.
+    launch_log = cluster.tmp / "logs" / "instance-1.log"
+    worker1 = worker_log_path(launch_log, 1).read_text()
+    assert re.fullmatch(r"R=1 W=2 .* C=2,3 I=1 N=node-a G=2 J=101\n", worker1)
+
+
+def test_workers_on_different_nodes_have_local_rank_zero(cluster: Cluster) -> None:
+    h = cluster.start(PRINT_RANKS, mode="distributed", gpus=((0,), (0,)), nodes=("node-a", "node-b"))
+    assert cluster.wait(h.instance_id).exit_code == 0
+    lines = sorted(cluster.backend.read_log(h.instance_id).splitlines())
+    assert [re.findall(r"L=(\d) LS=(\d)", x) for x in lines] == [[("0", "1")], [("0", "1")]]
+    assert [re.findall(r"N=(\S+)", x) for x in lines] == [["node-a"], ["node-b"]]
+
+
+def test_one_failing_worker_stops_the_other_and_fails_the_instance(cluster: Cluster) -> None:
+    cmd = 'if [ "$RANK" = 1 ]; then sleep 0.3; echo bye; exit 7; fi; echo $$ > pid$RANK; sleep 30'
+    t0 = time.monotonic()
+    h = cluster.start(cmd, mode="distributed", gpus=((0,), (1,)))
+    ended = cluster.wait(h.instance_id, timeout=4)
+    assert time.monotonic() - t0 < 3, "the surviving worker was not stopped promptly"
+    assert (ended.exit_code, ended.reason) == (7, "worker 1 on node-1 failed: exit code 7")
+    w0 = h.data["workers"][0]
+    assert not procs.is_alive(w0["pid"], w0["start_time"])
+    assert "[worker 1] bye" in cluster.backend.read_log(h.instance_id)
+
+
+def test_a_worker_ignoring_sigterm_after_a_failure_is_killed(cluster: Cluster) -> None:
+    backend = cluster.new_backend(failure_grace_seconds=0.5)
+    cmd = 'if [ "$RANK" = 0 ]; then exit 2; fi; trap "" TERM; sleep 30'
+    h = cluster.start(cmd, backend=backend, mode="distributed", gpus=((0,), (1,)))
+    ended = cluster.wait(h.instance_id, timeout=3, backend=backend)
+    assert (ended.exit_code, ended.reason) == (2, "worker 0 on node-0 failed: exit code 2")
+    w1 = h.data["workers"][1]
+    assert not procs.is_alive(w1["pid"], w1["start_time"])
+
+
+def test_stopping_a_distributed_instance_kills_every_worker(cluster: Cluster) -> None:
+    h = cluster.start("sleep 30", mode="distributed", gpus=((0,), (1,), (2,)))
+    cluster.backend.stop(h.instance_id, grace_seconds=0, notice=False)
+    ended = cluster.wait(h.instance_id, timeout=1)
+    assert (ended.exit_code, ended.reason) == (-9, "killed by signal 9")
+    assert all(not procs.is_alive(w["pid"], w["start_time"]) for w in h.data["workers"])
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is not None, reason="checks the error when mpirun is absent")
+def test_mpirun_launcher_without_mpirun_is_a_start_error(cluster: Cluster) -> None:
+    backend = cluster.new_backend(launcher="mpirun")
+    with pytest.raises(StartError, match="mpirun is not on PATH"):
+        backend.start(cluster.launch("true", mode="distributed", gpus=((0,), (1,))))

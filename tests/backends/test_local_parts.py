@@ -1,0 +1,78 @@
+"""The local backend's pure parts: worker slots and variables, image PATH, mpirun line, log tails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.workerenv import (
+    WorkerSlot,
+    image_env,
+    mpirun_command,
+    mpirun_env,
+    worker_env,
+    worker_slots,
+)
+from hai_airflow.scheduling.model import WorkerPlacement as W
+
+# GPU indices here are placement data only; nothing touches a GPU.
+
+
+def test_local_ranks_count_workers_on_the_same_node() -> None:
+    slots = worker_slots((W("a", (0, 1)), W("b", (0, 1)), W("a", (2, 3))))
+    assert slots == [
+        WorkerSlot(0, "a", (0, 1), 0, 2),
+        WorkerSlot(1, "b", (0, 1), 0, 1),
+        WorkerSlot(2, "a", (2, 3), 1, 2),
+    ]
+
+
+def test_standalone_worker_gets_no_rank_variables() -> None:
+    env = worker_env(WorkerSlot(0, "a", (3,), 0, 1), workers=1, distributed=False, master_port=1234)
+    assert env == {
+        "CUDA_VISIBLE_DEVICES": "3",
+        "HAI_WORKER_INDEX": "0",
+        "HAI_WORKERS": "1",
+        "HAI_NODE": "a",
+        "HAI_GPUS_PER_WORKER": "1",
+    }
+
+
+def test_distributed_worker_gets_horovod_and_torch_variables() -> None:
+    env = worker_env(WorkerSlot(2, "a", (2, 3), 1, 2), workers=3, distributed=True, master_port=29500)
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")} == {
+        "RANK": "2",
+        "WORLD_SIZE": "3",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+    }
+    assert (env["HOROVOD_RANK"], env["HOROVOD_SIZE"], env["HOROVOD_LOCAL_RANK"]) == ("2", "3", "1")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["HAI_GPUS_PER_WORKER"]) == ("127.0.0.1", "29500", "2")
+
+
+def test_image_env_puts_the_venv_first_and_leaves_others_alone() -> None:
+    assert image_env({"PATH": "/usr/bin"}, "/opt/venvs/t/")["PATH"] == "/opt/venvs/t/bin:/usr/bin"
+    assert image_env({"PATH": "/usr/bin"}, None) == {"PATH": "/usr/bin"}
+
+
+def test_mpirun_starts_one_process_per_gpu_with_every_gpu_visible() -> None:
+    slots = worker_slots((W("a", (0, 1)), W("a", (2, 3))))
+    cmd = mpirun_command("/usr/bin/mpirun", "python3 train.py --lr 0.1", slots)
+    assert cmd.startswith("/usr/bin/mpirun --allow-run-as-root -np 4 -H localhost:4 ")
+    assert cmd.endswith("/bin/sh -c 'python3 train.py --lr 0.1'")
+    assert mpirun_env(slots, 1)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_read_tail_crosses_block_boundaries(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i:06d} " + "x" * 200 + "\n" for i in range(2000)))
+    tail = read_tail(log, 3).splitlines()
+    assert [x[:11] for x in tail] == ["line 001997", "line 001998", "line 001999"]
+    assert read_tail(log, 5000).count("\n") == 2000
+    assert read_tail(tmp_path / "none.log", 3) == ""
+
+
+def test_read_tail_without_final_newline(tmp_path: Path) -> None:
+    log = tmp_path / "p.log"
+    log.write_text("a\nb\nprogress 50%")
+    assert read_tail(log, 2) == "b\nprogress 50%"

@@ -1,0 +1,34 @@
+"""Choosing a backend by name: lazy imports and clear refusals."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hai_airflow.backends import BackendUnavailable, load_backend
+
+
+def test_local_backend_is_loaded_by_name_with_its_options(tmp_path: Path) -> None:
+    backend = load_backend("local", {"launcher": "mpirun"}, tmp_path)
+    assert backend.name == "local"
+    assert type(backend).__name__ == "LocalBackend"
+    backend.close()
+
+
+def test_unknown_backend_names_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailable, match=r"unknown backend 'slurm'; choose one of .*local"):
+        load_backend("slurm", {}, tmp_path)
+
+
+def test_bad_option_value_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="launcher"):
+        load_backend("local", {"launcher": "srun"}, tmp_path)
+
+
+def test_importing_the_package_imports_no_backend() -> None:
+    code = "import sys, hai_airflow.backends; print(sorted(m for m in sys.modules if 'backends.' in m))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['hai_airflow.backends.base']"

@@ -1,0 +1,121 @@
+"""Table tests of spec validation: each bad value fails, and the error names the field at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, ValidationError
+
+from hai_airflow.spec import (
+    CpuJobSpec,
+    DistributedJobSpec,
+    GroupConfig,
+    NodeConfig,
+    StandaloneJobSpec,
+    SubmitRequest,
+    UserConfig,
+    priority_class,
+)
+
+BASE: dict[str, Any] = {"task_name": "resnet", "code_path": "/nas/u/resnet", "cmd": "python3 train.py"}
+STANDALONE: dict[str, Any] = {**BASE, "mode": "standalone", "resource_pkg": 1}
+DISTRIBUTED: dict[str, Any] = {**BASE, "mode": "distributed", "workers": 2, "worker_resource_pkg": 1}
+
+
+def submit(**spec: Any) -> SubmitRequest:
+    return SubmitRequest.model_validate({"spec": spec})
+
+
+@pytest.mark.parametrize(
+    ("model", "payload", "field", "message"),
+    [
+        pytest.param(CpuJobSpec, {**BASE, "task_name": ""}, "task_name", "at least 1 character",
+                     id="empty task name"),
+        pytest.param(CpuJobSpec, {**BASE, "task_name": "   "}, "task_name", "must not be blank",
+                     id="blank task name"),
+        pytest.param(CpuJobSpec, {**BASE, "cmd": " "}, "cmd", "must not be blank", id="blank command"),
+        pytest.param(CpuJobSpec, {**BASE, "code_path": ""}, "code_path", "at least 1 character",
+                     id="empty code path"),
+        pytest.param(CpuJobSpec, {**BASE, "max_schedule": 5}, "max_schedule", "one of 0|4|6|8|24|48",
+                     id="max_schedule not a documented choice"),
+        pytest.param(CpuJobSpec, {**BASE, "max_schedule": -4}, "max_schedule", "one of 0|4|6|8|24|48",
+                     id="negative max_schedule"),
+        pytest.param(CpuJobSpec, {**BASE, "code_src": "svn"}, "code_src", "'nas' or 'git'",
+                     id="unknown code source"),
+        pytest.param(CpuJobSpec, {**BASE, "git_branch": "main"}, "git_branch", "only valid when",
+                     id="git branch without git"),
+        pytest.param(CpuJobSpec, {**BASE, "project_storage": "10111,abc"}, "project_storage",
+                     "comma-separated project ids", id="storage ids not numbers"),
+        pytest.param(CpuJobSpec, {**BASE, "project_storage": "10111,-2"}, "project_storage", ">= 0",
+                     id="negative storage id"),
+        pytest.param(CpuJobSpec, {**BASE, "shm": 0}, "shm", "greater than 0", id="zero shared memory"),
+        pytest.param(CpuJobSpec, {**BASE, "grace_seconds": 7200}, "grace_seconds", "less than or equal",
+                     id="grace period over an hour"),
+        pytest.param(CpuJobSpec, {**BASE, "env": {"MY VAR": "1"}}, "env", "env names", id="bad env name"),
+        pytest.param(CpuJobSpec, {**BASE, "env": {"1X": "1"}}, "env", "env names",
+                     id="env name starting with a digit"),
+        pytest.param(CpuJobSpec, {**BASE, "cpus": 0}, "cpus", "greater than 0", id="zero CPUs"),
+        pytest.param(CpuJobSpec, {**BASE, "memory_gb": -1}, "memory_gb", "greater than or equal",
+                     id="negative memory"),
+        pytest.param(CpuJobSpec, {**BASE, "gpus": 1}, "gpus", "Extra inputs", id="unknown field"),
+        pytest.param(CpuJobSpec, {**BASE, "model_id": -1}, "model_id", "greater than or equal",
+                     id="negative model id"),
+        pytest.param(StandaloneJobSpec, {**BASE, "mode": "standalone"}, "resource_pkg", "Field required",
+                     id="standalone without a resource package"),
+        pytest.param(DistributedJobSpec, {**DISTRIBUTED, "workers": 0}, "workers", "greater than or equal",
+                     id="zero workers"),
+        pytest.param(DistributedJobSpec, {**DISTRIBUTED, "workers": 4096}, "workers", "less than or equal",
+                     id="too many workers"),
+        pytest.param(DistributedJobSpec, {**BASE, "mode": "distributed", "workers": 2},
+                     "worker_resource_pkg", "Field required", id="distributed without a worker package"),
+        pytest.param(SubmitRequest, {"spec": BASE}, "mode", "discriminator 'mode'",
+                     id="spec without a mode"),
+        pytest.param(SubmitRequest, {"spec": {**BASE, "mode": "gpu"}}, "mode", "'cpu', 'standalone'",
+                     id="unknown mode"),
+        pytest.param(SubmitRequest, {"spec": STANDALONE, "client_key": "k" * 251}, "client_key",
+                     "at most 250", id="idempotency key too long"),
+        pytest.param(NodeConfig, {"name": "n1", "gpus": 65}, "gpus", "less than or equal",
+                     id="node with more than 64 GPUs"),
+        pytest.param(NodeConfig, {"name": ""}, "name", "at least 1 character", id="node without a name"),
+        pytest.param(GroupConfig, {"name": "vision", "quota_gpus": -8}, "quota_gpus", "greater than or equal",
+                     id="negative group quota"),
+        pytest.param(UserConfig, {"name": "alice", "role": "root"}, "role", "'user', 'group_admin'",
+                     id="unknown role"),
+    ],
+)
+def test_bad_value_names_the_field(model: type[BaseModel], payload: dict[str, Any], field: str,
+                                   message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate(payload)
+    errors = caught.value.errors()
+    assert len(errors) == 1, errors
+    where = [str(part) for part in errors[0]["loc"]]
+    assert field in where or field in errors[0]["msg"], errors[0]
+    assert message in errors[0]["msg"], errors[0]
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        pytest.param({**BASE, "project_storage": "10111, 10222"}, {"project_storage": (10111, 10222)},
+                     id="storage ids from the CLI's comma form"),
+        pytest.param({**BASE, "elastic": True}, {"effective_grace_seconds": 60},
+                     id="elastic jobs get a 60 s save notice by default"),
+        pytest.param({**BASE, "max_schedule": 24}, {"priority": "high"}, id="max_schedule > 0 is high"),
+        pytest.param({**BASE, "env": {"_HAI_X1": "1"}, "code_src": "git", "git_branch": "dev"},
+                     {"git_branch": "dev", "env": {"_HAI_X1": "1"}}, id="git branch and env accepted"),
+    ],
+)
+def test_good_values_parse(payload: dict[str, Any], expected: dict[str, Any]) -> None:
+    spec = CpuJobSpec.model_validate(payload)
+    assert {k: getattr(spec, k) for k in expected} == expected
+
+
+def test_modes_are_discriminated_and_specs_frozen() -> None:
+    req = submit(**DISTRIBUTED)
+    assert isinstance(req.spec, DistributedJobSpec)
+    assert req.spec.workers == 2
+    with pytest.raises(ValidationError, match="frozen"):
+        req.spec.workers = 3  # type: ignore[misc]
+    assert [priority_class(h) for h in (0, 4)] == ["low", "high"]
