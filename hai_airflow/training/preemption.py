@@ -1,0 +1,54 @@
+"""The preemption notice: the platform asks an elastic job to save and exit by a file or SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+# sysexits.h EX_TEMPFAIL ("try again later"): the job saved its progress on request and wants to be
+# resumed. Distinct from 0 so that the platform never mistakes a suspended job for a finished one.
+EXIT_SAVED_ON_NOTICE = 75
+
+NOTICE_ENV = "HAI_PREEMPT_NOTICE"
+
+_sigterm = threading.Event()
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    # Only a flag: the training step in progress finishes and the loop saves at a step boundary.
+    _sigterm.set()
+
+
+def install_preemption_handler() -> Any:
+    """Make SIGTERM a request to save and exit instead of an immediate death; returns the previous handler.
+
+    Must be called from the main thread (Python delivers signals there only).
+    """
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def restore_handler(previous: Any) -> None:
+    """Put back the SIGTERM handler that ``install_preemption_handler`` replaced."""
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
+
+
+def sigterm_received() -> bool:
+    """True once SIGTERM arrived after ``install_preemption_handler``."""
+    return _sigterm.is_set()
+
+
+def notice_file() -> str | None:
+    """The notice file the platform creates when it wants this job to save and exit, if it named one."""
+    return os.environ.get(NOTICE_ENV) or None
+
+
+def preemption_requested() -> bool:
+    """True once the notice file exists or SIGTERM arrived: save now and exit."""
+    if _sigterm.is_set():
+        return True
+    path = notice_file()
+    return path is not None and os.path.exists(path)
