@@ -1,0 +1,190 @@
+"""The dashboard's FastAPI app: one implementation, mounted by `hai serve` (/ui) and by Airflow (/hai)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from hai_airflow.client import HaiClient, HaiError, HaiUnreachable
+from hai_airflow.dashboard import data, svg
+from hai_airflow.dashboard import formatting as fmt
+from hai_airflow.dashboard.formatting import clock
+
+ClientFor = Callable[[Request], HaiClient]
+"""Builds the client a request is served with; raises `SignInRequired` when it has no credentials."""
+
+TEMPLATES = Path(__file__).parent / "templates"
+COOKIE = "hai_ui_token"
+"""Where `hai serve`'s mounting keeps the viewer's hai token; dropped when hai refuses it."""
+
+
+class SignInRequired(Exception):
+    """The request carries no credentials the mounting accepts."""
+
+    def __init__(self, message: str, fix: str):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+def base_path(request: Request) -> str:
+    """Where the dashboard is mounted (`/ui`, `/hai`, or behind a proxy prefix): links start here."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _client(request: Request) -> Iterator[HaiClient]:
+    """One client per request, closed when the response is done."""
+    client_for: ClientFor = request.app.state.client_for
+    client = client_for(request)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+Client = Annotated[HaiClient, Depends(_client)]
+
+
+class Pages:
+    """Renders templates with what every page needs: its mount point, the server and the time."""
+
+    def __init__(self) -> None:
+        self.env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
+
+    def render(
+        self, request: Request, template: str, page: str, server: str = "", status: int = 200, **values: Any
+    ) -> HTMLResponse:
+        html = self.env.get_template(template).render(
+            page=page,
+            base=base_path(request),
+            server=server or "the hai server",
+            now_text=clock(datetime.now(UTC)),
+            fmt=fmt,
+            svg=svg,
+            **values,
+        )
+        return HTMLResponse(html, status_code=status)
+
+    def error(
+        self,
+        request: Request,
+        status: int,
+        heading: str,
+        message: str,
+        fix: str | None = None,
+        token_form: bool = False,
+        server: str = "",
+    ) -> HTMLResponse:
+        return self.render(
+            request,
+            "error.html",
+            heading,
+            server,
+            status,
+            heading=heading,
+            message=message,
+            fix=fix,
+            token_form=token_form,
+        )
+
+
+def create_dashboard_app(
+    client_for: ClientFor,
+    *,
+    dependencies: Sequence[Any] = (),
+    token_form: bool = False,
+    refused_fix: str = "Check the credentials the dashboard uses for hai",
+) -> FastAPI:
+    """The Queue, Quota, Nodes and Job pages over the REST API.
+
+    :param client_for: builds the `HaiClient` for a request (its token decides what the viewer may see).
+    :param dependencies: FastAPI dependencies every page needs first (Airflow's authentication).
+    :param token_form: offer a form to paste a hai token when the credentials are missing or refused.
+    :param refused_fix: what to do when the hai server refuses the credentials.
+    """
+    pages = Pages()
+    app = FastAPI(
+        title="hai dashboard",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        dependencies=list(dependencies),
+    )
+    app.state.client_for = client_for
+
+    @app.exception_handler(SignInRequired)
+    def sign_in(request: Request, exc: SignInRequired) -> Response:
+        return pages.error(request, 401, "Sign in to hai", exc.message, exc.fix, token_form=token_form)
+
+    @app.exception_handler(HaiError)
+    def hai_error(request: Request, exc: HaiError) -> Response:
+        if isinstance(exc, HaiUnreachable):
+            return pages.error(request, 502, "hai server unreachable", exc.error, exc.fix)
+        if exc.status == 401:
+            response = pages.error(
+                request,
+                401,
+                "Sign in to hai",
+                f"The hai server refused: {exc.error}.",
+                refused_fix,
+                token_form=token_form,
+            )
+            response.delete_cookie(COOKIE, path=base_path(request) or "/")
+            return response
+        if exc.status == 404:
+            return pages.error(request, 404, "Not found", exc.message)
+        return pages.error(
+            request, 502 if exc.status >= 500 else exc.status, "hai refused the request", exc.message
+        )
+
+    @app.get("/", include_in_schema=False)
+    def home(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"{base_path(request)}/queue", status_code=303)
+
+    @app.get("/queue", response_class=HTMLResponse)
+    def queue(request: Request, c: Client) -> HTMLResponse:
+        return pages.render(request, "queue.html", "Queue", c.connection.server, data=data.queue_page(c))
+
+    @app.get("/quota", response_class=HTMLResponse)
+    def quota(request: Request, c: Client) -> HTMLResponse:
+        return pages.render(request, "quota.html", "Quota", c.connection.server, data=data.quota_page(c))
+
+    @app.get("/nodes", response_class=HTMLResponse)
+    def nodes(request: Request, c: Client) -> HTMLResponse:
+        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=data.nodes_page(c))
+
+    @app.get("/jobs", include_in_schema=False)
+    def find_job(request: Request, id: str = "") -> Response:
+        if not id.strip().lstrip("#").isdigit():
+            return pages.error(
+                request, 400, "Which job?", f"{id!r} is not a job id.", "Type a number such as 42"
+            )
+        return RedirectResponse(f"{base_path(request)}/jobs/{int(id.strip().lstrip('#'))}", status_code=303)
+
+    @app.get("/jobs/{job_id}", response_class=HTMLResponse)
+    def job(
+        request: Request, job_id: int, c: Client, instance: Annotated[int | None, Query()] = None
+    ) -> HTMLResponse:
+        page = data.job_page(c, job_id, instance, datetime.now(UTC))
+        return pages.render(request, "job.html", f"Job {job_id}", c.connection.server, data=page)
+
+    @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse)
+    def log(job_id: int, instance: int, c: Client) -> PlainTextResponse:
+        """The log tail the Job page follows; `X-Hai-Instance-Ended` tells it when to stop."""
+        inst = c.instance(instance)
+        if inst.job_id != job_id:
+            raise HaiError(404, f"instance {instance} does not belong to job {job_id}")
+        text = c.log(instance, tail=data.LOG_TAIL_LINES)
+        headers = {
+            "X-Hai-Instance-Ended": "1" if inst.ended_at is not None else "0",
+            "Cache-Control": "no-store",
+        }
+        return PlainTextResponse(text, headers=headers)
+
+    return app

@@ -1,0 +1,170 @@
+"""What each page shows, fetched through the REST client (the dashboard has no other data source)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from pydantic import TypeAdapter, ValidationError
+
+from hai_airflow.client import HaiClient, HaiError
+from hai_airflow.dashboard.formatting import clock
+from hai_airflow.dashboard.svg import Bar, NodeGrid, Timeline, job_timeline, node_grid, quota_bar
+from hai_airflow.spec import (
+    TERMINAL_STATES,
+    InstanceView,
+    JobDetailView,
+    JobSpec,
+    JobView,
+    QueueEntryView,
+    QuotaView,
+)
+
+UNFINISHED = "PENDING,STARTING,RUNNING,SUSPENDING,SUSPENDED"
+ACTIVE = "STARTING,RUNNING,SUSPENDING"
+LOG_TAIL_LINES = 200
+_SPEC: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    entry: QueueEntryView
+    eta: str
+    eta_note: str
+
+
+@dataclass(frozen=True)
+class QueuePage:
+    rows: tuple[QueueRow, ...]
+    running: tuple[JobView, ...]
+
+
+@dataclass(frozen=True)
+class MemberQuota:
+    user: str
+    bar: Bar
+    jobs: tuple[JobView, ...]
+
+
+@dataclass(frozen=True)
+class GroupQuota:
+    view: QuotaView
+    bar: Bar
+    members: tuple[MemberQuota, ...]
+
+
+@dataclass(frozen=True)
+class QuotaPage:
+    me: QuotaView
+    groups: tuple[GroupQuota, ...]
+
+
+@dataclass(frozen=True)
+class NodesPage:
+    grids: tuple[NodeGrid, ...]
+    jobs: dict[int, JobView]
+
+    @property
+    def total(self) -> int:
+        return sum(g.node.gpus for g in self.grids)
+
+    @property
+    def free(self) -> int:
+        return sum(len(g.node.free_gpus) for g in self.grids)
+
+
+@dataclass(frozen=True)
+class JobPage:
+    job: JobDetailView
+    instances: tuple[InstanceView, ...]
+    timeline: Timeline
+    log_instance: InstanceView | None
+    log: str
+
+    @property
+    def finished(self) -> bool:
+        return self.job.state in TERMINAL_STATES
+
+
+def _grace_seconds(job: JobView) -> int:
+    try:
+        return _SPEC.validate_python(job.spec).effective_grace_seconds
+    except ValidationError:
+        return 0
+
+
+def _blocker_free_at(blocker: JobDetailView) -> datetime | None:
+    """A job that is being suspended frees its GPUs at the latest when its grace period ends."""
+    if blocker.state != "SUSPENDING":
+        return None
+    asked = [e.at for e in blocker.events if e.kind == "suspending"]
+    return max(asked) + timedelta(seconds=_grace_seconds(blocker)) if asked else None
+
+
+def _eta(entry: QueueEntryView, blockers: dict[int, JobDetailView]) -> tuple[str, str]:
+    """When the job should start, where that can be known: admitted now, after a victim's grace
+    period, or (high priority) the max_schedule promise; otherwise it depends on running jobs."""
+    if entry.reason.startswith("starting"):
+        return "now", "admitted in the current scheduling cycle"
+    blocker = blockers.get(entry.waiting_behind) if entry.waiting_behind is not None else None
+    free_at = _blocker_free_at(blocker) if blocker is not None else None
+    if free_at is not None and blocker is not None:
+        return f"≈ {clock(free_at)}", f"when job {blocker.id} has been suspended (grace period)"
+    if entry.job.max_schedule > 0:
+        target = entry.job.submitted_at + timedelta(hours=entry.job.max_schedule)
+        return f"by {clock(target)}", f"max_schedule {entry.job.max_schedule} h"
+    return "—", "depends on when running jobs end"
+
+
+def _visible_job(client: HaiClient, job_id: int) -> JobDetailView | None:
+    try:
+        return client.job(job_id)
+    except HaiError as error:
+        if error.status in (403, 404):
+            return None
+        raise
+
+
+def queue_page(client: HaiClient) -> QueuePage:
+    entries = client.queue()
+    blockers: dict[int, JobDetailView] = {}
+    for blocker_id in sorted({e.waiting_behind for e in entries if e.waiting_behind is not None}):
+        found = _visible_job(client, blocker_id)
+        if found is not None:
+            blockers[blocker_id] = found
+    rows = tuple(QueueRow(e, *_eta(e, blockers)) for e in entries)
+    running = sorted(client.jobs(all=True, state=ACTIVE), key=lambda j: (-j.runtime_seconds, j.id))
+    return QueuePage(rows, tuple(running))
+
+
+def quota_page(client: HaiClient) -> QuotaPage:
+    high = [j for j in client.jobs(all=True, state=UNFINISHED) if j.priority == "high"]
+    groups = []
+    for q in client.quotas():
+        members = tuple(
+            MemberQuota(
+                u.user,
+                quota_bar(u.used_gpus, u.quota_gpus),
+                tuple(
+                    sorted((j for j in high if j.user == u.user and j.group == q.group), key=lambda j: j.id)
+                ),
+            )
+            for u in q.users
+        )
+        groups.append(GroupQuota(q, quota_bar(q.group_used_gpus, q.group_quota_gpus), members))
+    return QuotaPage(client.quota(), tuple(groups))
+
+
+def nodes_page(client: HaiClient) -> NodesPage:
+    grids = tuple(node_grid(n) for n in sorted(client.nodes(), key=lambda n: n.name))
+    jobs = {j.id: j for j in client.jobs(all=True, state=UNFINISHED)}
+    return NodesPage(grids, jobs)
+
+
+def job_page(client: HaiClient, job_id: int, instance_id: int | None, now: datetime) -> JobPage:
+    job = client.job(job_id)
+    instances = tuple(client.instances(job_id))
+    chosen = next((i for i in instances if i.id == instance_id), None) if instance_id else None
+    chosen = chosen or (max(instances, key=lambda i: i.id) if instances else None)
+    log = client.log(chosen.id, tail=LOG_TAIL_LINES) if chosen is not None else ""
+    return JobPage(job, instances, job_timeline(job, list(instances), now), chosen, log)

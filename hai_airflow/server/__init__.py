@@ -1,0 +1,1 @@
+"""The control plane behind `hai serve`: store, REST API and controller loop."""

@@ -1,0 +1,73 @@
+"""The FastAPI application: the API, /health, /metrics, the dashboard at /ui, the controller's lifetime."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import hai_airflow
+from hai_airflow.dashboard.standalone import create_standalone_dashboard
+from hai_airflow.server import lease
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.controller import Controller
+from hai_airflow.server.errors import install_handlers
+from hai_airflow.server.metrics import RequestTimer
+from hai_airflow.server.routes import router
+
+
+def create_app(ctx: ServerContext, controller: Controller | None = None) -> FastAPI:
+    """The API over `ctx`; with a `controller`, its loop runs while the app is up."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if controller is not None:
+            controller.start()
+        try:
+            yield
+        finally:
+            if controller is not None:
+                controller.stop()
+
+    app = FastAPI(
+        title="hai",
+        version=getattr(hai_airflow, "__version__", "0"),
+        description="Managed GPU training platform: submit, queue, quota, preemption and resume.",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    install_handlers(app)
+    app.add_middleware(RequestTimer, observe=ctx.metrics.observe_request)
+    app.include_router(router)
+
+    @app.get("/health")
+    def health(request: Request) -> dict[str, Any]:
+        """No auth: is the server up, and which controller holds the lease."""
+        c: ServerContext = request.app.state.ctx
+        now = time.time()
+        with c.store.read() as s:
+            held = lease.current(s, now)
+        holder = held.holder if held is not None else None
+        return {
+            "status": "ok",
+            "database": c.store.dialect,
+            "lease_holder": holder,
+            "lease_expires_in": round(held.expires_at - now, 3) if held is not None else None,
+            "this_server": c.holder_id,
+            "controller_active": holder is not None and holder == c.holder_id,
+        }
+
+    @app.get("/metrics", include_in_schema=False)
+    def metrics(request: Request) -> Response:
+        """No auth: Prometheus scrapes it from inside the cluster network, and scrape configs rarely
+        carry per-user tokens. It shows counts by group and GPU type and the controller's host name,
+        never a job's content; keep it off public ingress as you would the database port."""
+        c: ServerContext = request.app.state.ctx
+        return Response(generate_latest(c.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    app.mount("/ui", create_standalone_dashboard())
+    return app

@@ -1,0 +1,221 @@
+"""The `hai serve` configuration file: TOML sections validated with the spec models."""
+
+from __future__ import annotations
+
+import getpass
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from hai_airflow.spec import GroupConfig, NodeConfig, ResourcePackage, UserConfig
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+DEFAULT_CHECKPOINT_PATTERNS: tuple[str, ...] = ("*.pt", "*.ckpt", "checkpoint*")
+DEFAULT_CHECKPOINT_IGNORE: tuple[str, ...] = ("*.tmp", "*.temp", "*.partial", "*.part", "*.lock", ".*", "*~")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerSection(_Section):
+    backend: str = Field(
+        default="local", min_length=1, description="Backend name: local, docker, kubernetes."
+    )
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; default SQLite at $HAI_HOME/hai.db (HAI_DATABASE_URL wins).",
+    )
+    policy: str = Field(default="seed", min_length=1, description="Scheduling policy name.")
+    host: str = Field(default=DEFAULT_HOST, min_length=1, description="Address to listen on.")
+    port: int = Field(default=DEFAULT_PORT, ge=1, le=65535, description="Port to listen on.")
+
+
+class CheckpointsSection(_Section):
+    patterns: tuple[str, ...] = Field(
+        default=DEFAULT_CHECKPOINT_PATTERNS, min_length=1, description="Globs of checkpoint file names."
+    )
+    ignore: tuple[str, ...] = Field(
+        default=DEFAULT_CHECKPOINT_IGNORE,
+        description="Globs of files that are never checkpoints (temp files).",
+    )
+
+
+class ServerConfig(_Section):
+    """The whole file; list sections are TOML arrays of tables (`[[nodes]]`, `[[users]]`...)."""
+
+    server: ServerSection = Field(default_factory=ServerSection, description="[server]")
+    backend: dict[str, Any] = Field(default_factory=dict, description="[backend] options for the backend.")
+    nodes: tuple[NodeConfig, ...] = Field(
+        default=(), description="[[nodes]]; empty = the backend's inventory."
+    )
+    resource_packages: tuple[ResourcePackage, ...] = Field(default=(), description="[[resource_packages]]")
+    groups: tuple[GroupConfig, ...] = Field(default=(), description="[[groups]]")
+    users: tuple[UserConfig, ...] = Field(default=(), description="[[users]]")
+    storages: dict[int, str] = Field(
+        default_factory=dict, description="[storages] project storage id -> path."
+    )
+    checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection, description="[checkpoints]")
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> ServerConfig:
+        _unique("nodes", "name", [n.name for n in self.nodes])
+        _unique("resource_packages", "id", [p.id for p in self.resource_packages])
+        _unique("groups", "name", [g.name for g in self.groups])
+        _unique("users", "name", [u.name for u in self.users])
+        _unique("users", "token", [u.token for u in self.users if u.token])
+        groups = {g.name for g in self.groups}
+        users = {u.name for u in self.users}
+        for i, u in enumerate(self.users):
+            if u.group not in groups:
+                raise ValueError(
+                    f"users[{i}].group: group {u.group!r} of user {u.name!r} is not defined; "
+                    f"add a [[groups]] entry with name = {u.group!r}"
+                )
+        for i, g in enumerate(self.groups):
+            for admin in g.admins:
+                if admin not in users:
+                    raise ValueError(
+                        f"groups[{i}].admins: {admin!r} is not a configured user; add a [[users]] entry"
+                    )
+        return self
+
+
+def _unique(section: str, key: str, values: Sequence[object]) -> None:
+    seen: set[object] = set()
+    for i, v in enumerate(values):
+        if v in seen:
+            raise ValueError(f"{section}[{i}].{key}: {v!r} appears twice; each {key} must be unique")
+        seen.add(v)
+
+
+class ConfigError(Exception):
+    """The config file cannot be used: which file, which field, what to do."""
+
+    def __init__(self, path: Path | None, field: str | None, problem: str):
+        self.path = path
+        self.field = field
+        self.problem = problem
+        where = f" {path}" if path else ""
+        at = f" at {field}" if field else ""
+        super().__init__(f"bad config{where}{at}: {problem}. Fix the file and start `hai serve` again.")
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if part == "[key]":  # pydantic's marker for "the key itself was bad"
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def parse_config(text: str, path: Path | None = None, policies: Sequence[str] | None = None) -> ServerConfig:
+    """Parse and validate TOML text; raise `ConfigError` naming the field."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(path, None, f"not valid TOML ({e})") from None
+    try:
+        config = ServerConfig.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        field = _loc(tuple(err["loc"])) or None
+        if field is None and ": " in msg:
+            # cross-field rules put the field first: "users[1].group: ..."
+            field, msg = msg.split(": ", 1)
+        raise ConfigError(path, field, msg) from None
+    if policies is not None and config.server.policy not in policies:
+        known = ", ".join(sorted(policies))
+        raise ConfigError(path, "server.policy", f"unknown policy {config.server.policy!r} (known: {known})")
+    return config
+
+
+def load_config(path: Path, policies: Sequence[str] | None = None) -> ServerConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(path, None, f"cannot read it ({e.strerror})") from None
+    return parse_config(text, path, policies)
+
+
+def default_packages(gpu_types: Sequence[str]) -> list[ResourcePackage]:
+    """The document's packages (457 = 8xV100), smaller V100 ones, a CPU one, and any detected GPU type."""
+    packages = [
+        ResourcePackage(id=100, name="CPU 8 cores", gpu_type="CPU", gpus=0, cpus=8, memory_gb=32),
+        ResourcePackage(id=454, name="1xV100", gpu_type="V100", gpus=1, cpus=4, memory_gb=32),
+        ResourcePackage(id=455, name="2xV100", gpu_type="V100", gpus=2, cpus=8, memory_gb=64),
+        ResourcePackage(id=456, name="4xV100", gpu_type="V100", gpus=4, cpus=16, memory_gb=128),
+        ResourcePackage(id=457, name="8xV100", gpu_type="V100", gpus=8, cpus=32, memory_gb=256),
+    ]
+    next_id = 460
+    for gpu_type in dict.fromkeys(gpu_types):
+        if gpu_type == "V100":
+            continue
+        for n in (1, 2, 4, 8):
+            packages.append(
+                ResourcePackage(
+                    id=next_id,
+                    name=f"{n}x{gpu_type}",
+                    gpu_type=gpu_type,
+                    gpus=n,
+                    cpus=4 * n,
+                    memory_gb=32 * n,
+                )
+            )
+            next_id += 1
+    return packages
+
+
+def default_nodes(detected: Sequence[NodeConfig] | None) -> list[NodeConfig]:
+    """Detected GPUs when there are any, else one node of 8 virtual V100s."""
+    if detected:
+        return list(detected)
+    return [NodeConfig(name="local", gpu_type="V100", gpus=8, cpus=64, memory_gb=512, virtual=True)]
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _table(header: str, model: BaseModel) -> str:
+    lines = [header]
+    for key, value in model.model_dump(exclude_none=True).items():
+        lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def default_config_text(detected: Sequence[NodeConfig] | None, os_user: str | None = None) -> str:
+    """The config `hai serve` writes on first start (the OS user administers everything)."""
+    user = os_user or getpass.getuser()
+    nodes = default_nodes(detected)
+    parts = [
+        "# hai serve configuration, written on first start. Edit it and restart `hai serve`.\n",
+        "[server]\n"
+        'backend = "local"\n'
+        'policy = "seed"\n'
+        f'host = "{DEFAULT_HOST}"\n'
+        f"port = {DEFAULT_PORT}\n"
+        '# database_url = "postgresql+psycopg://user@host/db"  # default: SQLite at $HAI_HOME/hai.db\n',
+        "[backend]\n",
+    ]
+    parts += [_table("[[nodes]]", n) for n in nodes]
+    parts += [_table("[[resource_packages]]", p) for p in default_packages([n.gpu_type for n in nodes])]
+    parts.append(_table("[[groups]]", GroupConfig(name="default", admins=(user,))))
+    parts.append(_table("[[users]]", UserConfig(name=user, group="default", role="platform_admin")))
+    parts.append('[storages]\n# 10111 = "/data/projects/10111"\n')
+    parts.append(_table("[checkpoints]", CheckpointsSection()))
+    return "\n".join(parts)

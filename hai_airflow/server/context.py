@@ -1,0 +1,41 @@
+"""What the API and the controller share inside one `hai serve` process."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hai_airflow.server.config import ServerConfig
+from hai_airflow.server.metrics import ServerMetrics
+from hai_airflow.server.notify import Broadcast, Wakeup
+from hai_airflow.server.store import Store
+from hai_airflow.spec import ResourcePackage
+
+
+@dataclass
+class ServerContext:
+    store: Store
+    config: ServerConfig
+    home: Path
+    wakeup: Wakeup = field(default_factory=Wakeup)
+    """Set by the API after a submit or request, so the controller acts at once."""
+    changed: Broadcast = field(default_factory=Broadcast)
+    """Notified by the controller after job states changed, so long-polls answer at once."""
+    holder_id: str = ""
+    """This process's controller identity (the lease holder name when it holds the lease)."""
+    metrics: ServerMetrics = field(init=False)
+    """Fed by the controller and the API, exported at /metrics; one registry per context."""
+
+    def __post_init__(self) -> None:
+        self.metrics = ServerMetrics(self.store, self.holder_id)
+
+    @property
+    def packages(self) -> dict[int, ResourcePackage]:
+        return {p.id: p for p in self.config.resource_packages}
+
+    @property
+    def storages(self) -> dict[int, str]:
+        return dict(self.config.storages)
+
+    def jobs_dir(self, job_id: int) -> Path:
+        return self.home / "jobs" / str(job_id)

@@ -1,0 +1,437 @@
+"""The controller loop: hold the lease, snapshot the store, plan, apply decisions through the backend."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import TypeAdapter
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hai_airflow.backends import logs
+from hai_airflow.backends.base import Backend, Exit, Handle, Launch, StartError
+from hai_airflow.scheduling import plan
+from hai_airflow.scheduling.model import Admit, Hold, Reject, Reserve, Suspend
+from hai_airflow.server import lease, transitions
+from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.hints import failure_hint
+from hai_airflow.server.metrics import lost_gpu_seconds
+from hai_airflow.server.snapshot import WAITING_STATES, StoreView, read_store
+from hai_airflow.server.tables import InstanceRow, JobRow
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
+
+log = logging.getLogger("hai.server.controller")
+
+AnySpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
+_SPEC: TypeAdapter[AnySpec] = TypeAdapter(JobSpec)
+
+TICK_SECONDS = 1.0
+"""A full planning cycle at least this often, even when nothing woke the controller."""
+POLL_SECONDS = 0.2
+"""How often the backend is asked for exits while this controller is active."""
+RENEW_SECONDS = 2.0
+CHECKPOINT_SCAN_SECONDS = 2.0
+CANCEL_GRACE_SECONDS = 3
+HINT_LOG_LINES = 400
+
+
+def parse_spec(row: JobRow) -> AnySpec:
+    return _SPEC.validate_json(row.spec)
+
+
+class Controller:
+    """Acts on the store only while it holds the lease; a second server waits as a standby."""
+
+    def __init__(self, ctx: ServerContext, backend: Backend, lease_seconds: float = lease.LEASE_SECONDS):
+        self.ctx = ctx
+        self.backend = backend
+        self.me = ctx.holder_id
+        self.lease_seconds = lease_seconds
+        self.active = False
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._woken = True
+        self._last_cycle = 0.0
+        self._last_scan = 0.0
+        self._last_renew = 0.0
+
+    # ---- lifetime -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name="hai-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop acting and hand the lease back; running instances keep running for the next controller."""
+        self._stopping.set()
+        self.ctx.wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self.active:
+            try:
+                with self.ctx.store.write() as s:
+                    lease.release(s, self.me)
+            except Exception:
+                log.exception("could not release the controller lease; it expires by itself")
+            self.active = False
+        self.backend.close()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self.step()
+            except lease.LeaseLost:
+                log.warning("controller lease taken over by another server; standing by")
+                self.active = False
+            except Exception:
+                log.exception("controller step failed; retrying")
+            self._woken = self.ctx.wakeup.wait(POLL_SECONDS if self.active else TICK_SECONDS)
+
+    # ---- one step -----------------------------------------------------------------------------
+
+    def step(self, force: bool = False) -> None:
+        """Take the lease if free, collect exits, and plan when woken, after exits, or every tick."""
+        now = time.time()
+        if not self.active and not self._acquire(now):
+            return
+        if now - self._last_renew >= RENEW_SECONDS:
+            with self.ctx.store.write() as s:
+                lease.renew(s, self.me, now, self.lease_seconds)
+            self._last_renew = now
+        exits = self.backend.poll()
+        if exits:
+            self.apply_exits(exits)
+        if force or exits or self._woken or now - self._last_cycle >= TICK_SECONDS:
+            self._woken = False
+            self._last_cycle = now
+            with self.ctx.metrics.planner_cycle.time():
+                self.cycle()
+        if now - self._last_scan >= CHECKPOINT_SCAN_SECONDS:
+            self._last_scan = now
+            self.scan_checkpoints()
+
+    def _acquire(self, now: float) -> bool:
+        with self.ctx.store.write() as s:
+            got = lease.try_acquire(s, self.me, now, self.lease_seconds)
+        if got:
+            log.info("controller %s holds the lease", self.me)
+            self.active = True
+            self._last_renew = now
+            try:
+                self.reattach()
+            except BaseException:
+                # Acting without having adopted the running instances would lose their exits;
+                # the next step takes the (still ours) lease again and retries.
+                self.active = False
+                raise
+        return got
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        """A write transaction that first renews the lease, so a deposed controller cannot write."""
+        with self.ctx.store.write() as s:
+            now = time.time()
+            lease.renew(s, self.me, now, self.lease_seconds)
+            self._last_renew = now
+            yield s
+
+    # ---- restart safety -----------------------------------------------------------------------
+
+    def reattach(self) -> None:
+        """Adopt instances a previous controller started; the lost ones go back to the queue."""
+        with self.ctx.store.read() as s:
+            live = list(s.scalars(select(InstanceRow).where(InstanceRow.ended_at.is_(None))))
+        handles = [Handle(i.id, json.loads(i.handle)) for i in live if i.handle]
+        lost = self.backend.reattach(handles) if handles else []
+        adopted = len(handles) - len(lost)
+        lost += [
+            Exit(i.id, None, "the server stopped before the instance was started", lost=True)
+            for i in live
+            if not i.handle
+        ]
+        if lost:
+            self.apply_exits(lost)
+        gone = {e.instance_id for e in lost}
+        for i in live:
+            # A stop asked for before the restart is asked again: the old controller may have died first.
+            if i.handle and i.stop_kind and i.id not in gone:
+                left = (
+                    0
+                    if i.stop_requested_at is None
+                    else i.grace_seconds - (time.time() - i.stop_requested_at)
+                )
+                notice = i.stop_kind in ("preempt", "hold") and i.grace_seconds > 0
+                self.backend.stop(i.id, max(0, int(left)), notice)
+        log.info("re-attached %d instance(s), %d lost", adopted, len(lost))
+
+    # ---- exits --------------------------------------------------------------------------------
+
+    def apply_exits(self, exits: list[Exit]) -> None:
+        for ex in exits:
+            with self.ctx.store.read() as s:
+                inst = s.get(InstanceRow, ex.instance_id)
+                job = s.get(JobRow, inst.job_id) if inst is not None else None
+            if inst is None or job is None or inst.ended_at is not None:
+                continue
+            final = self._checkpoint_of(inst)
+            hint = None
+            if not ex.lost and ex.exit_code not in (0, None) and inst.stop_kind is None:
+                hint = failure_hint(job.gpu_type, logs.read_tail(Path(inst.log_path), HINT_LOG_LINES))
+            with self._write() as s:
+                inst = s.get(InstanceRow, ex.instance_id)
+                job = s.get(JobRow, inst.job_id) if inst is not None else None
+                if inst is None or job is None or inst.ended_at is not None:
+                    continue
+                now = time.time()
+                if final is not None and (
+                    job.latest_checkpoint_at is None or final.at > job.latest_checkpoint_at
+                ):
+                    transitions.checkpoint_seen(s, job, final, now)
+                outcome = transitions.exit_outcome(job, inst, ex, hint)
+                requeued = outcome.job_state == "SUSPENDED"
+                lost = lost_gpu_seconds(job, inst, now) if requeued and not job.elastic else 0.0
+                transitions.instance_ended(s, job, inst, ex, outcome, now)
+            self.ctx.metrics.instance_ended(outcome.end_reason, requeued, lost)
+            log.info("instance %d of job %d ended: %s", ex.instance_id, job.id, outcome.reason)
+        self.ctx.changed.notify()
+        self.ctx.wakeup.set()
+
+    # ---- planning -----------------------------------------------------------------------------
+
+    def read(self) -> StoreView:
+        with self.ctx.store.read() as s:
+            return read_store(s, self.ctx.config.server.policy)
+
+    def cycle(self) -> None:
+        """Requests first (cancel, admin hold), then a plan over a fresh snapshot, applied in order."""
+        view = self.read()
+        if self._handle_requests(view):
+            view = self.read()
+        decisions = plan(view.snapshot, time.time())
+        for d in decisions:
+            if isinstance(d, Suspend):
+                self._suspend(view, d)
+        reserves = [d for d in decisions if isinstance(d, Reserve)]
+        stale = {r.job_id for r in view.snapshot.reservations} - {d.job_id for d in reserves}
+        stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING_STATES}
+        if reserves or stale:
+            with self._write() as s:
+                now = time.time()
+                for d in reserves:
+                    transitions.reserve(s, d.job_id, d.placement, now)
+                for job_id in stale:
+                    transitions.clear_reservations(s, job_id)
+        for d in decisions:
+            if isinstance(d, Admit):
+                self._admit(view, d)
+        holds = {d.job_id: d.reason for d in decisions if isinstance(d, Hold)}
+        holds = {j: r for j, r in holds.items() if view.jobs[j].reason != r}
+        rejects = [d for d in decisions if isinstance(d, Reject)]
+        if holds or rejects:
+            with self._write() as s:
+                now = time.time()
+                for job_id, reason in holds.items():
+                    job = s.get(JobRow, job_id)
+                    if job is not None and job.state in WAITING_STATES:
+                        job.reason = reason
+                for r in rejects:
+                    job = s.get(JobRow, r.job_id)
+                    if job is not None and job.state in WAITING_STATES:
+                        transitions.reject(s, job, r.reason, now)
+        if any(isinstance(d, Admit | Suspend | Reject) for d in decisions):
+            self.ctx.changed.notify()
+
+    def _handle_requests(self, view: StoreView) -> bool:
+        changed = False
+        for row in view.jobs.values():
+            inst = view.current.get(row.id)
+            if row.cancel_requested:
+                if row.state in WAITING_STATES:
+                    with self._write() as s:
+                        job = s.get(JobRow, row.id)
+                        if job is not None and job.state in WAITING_STATES:
+                            transitions.cancel_waiting(s, job, time.time())
+                    changed = True
+                elif row.state == "RUNNING" and inst is not None and inst.handle and inst.stop_kind is None:
+                    self._stop(
+                        row, inst, "cancel", CANCEL_GRACE_SECONDS, False, f"cancel asked by {row.cancel_by}"
+                    )
+                    changed = True
+            elif (
+                row.held
+                and row.state == "RUNNING"
+                and inst is not None
+                and inst.handle
+                and inst.stop_kind is None
+            ):
+                spec = parse_spec(row)
+                reason = f"suspended by admin {row.held_by}"
+                self._stop(row, inst, "hold", spec.effective_grace_seconds, spec.elastic, reason)
+                changed = True
+        if changed:
+            self.ctx.changed.notify()
+        return changed
+
+    def _stop(
+        self,
+        row: JobRow,
+        inst: InstanceRow,
+        kind: str,
+        grace: int,
+        notice: bool,
+        reason: str,
+        preemptor: int | None = None,
+    ) -> None:
+        """Record the stop request, then ask the backend (re-asked after a restart if we die between)."""
+        with self._write() as s:
+            job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
+            if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
+                return
+            transitions.stopping(s, job, fresh, kind, grace, reason, time.time(), preemptor)
+        self.backend.stop(inst.id, grace, notice)
+
+    def _suspend(self, view: StoreView, d: Suspend) -> None:
+        row, inst = view.jobs.get(d.job_id), view.current.get(d.job_id)
+        if row is None or inst is None or row.state != "RUNNING" or not inst.handle or inst.stop_kind:
+            return
+        spec = parse_spec(row)
+        self._stop(row, inst, "preempt", spec.effective_grace_seconds, spec.elastic, d.reason, d.preemptor_id)
+        log.info("suspending job %d for job %d", d.job_id, d.preemptor_id)
+
+    # ---- starting -----------------------------------------------------------------------------
+
+    def model_dir(self, job_id: int, spec: AnySpec) -> Path:
+        if spec.model_dir:
+            path = Path(spec.model_dir).expanduser()
+            return path if path.is_absolute() else self.ctx.jobs_dir(job_id) / path
+        return self.ctx.jobs_dir(job_id) / "model"
+
+    def _admit(self, view: StoreView, d: Admit) -> None:
+        row = view.jobs.get(d.job_id)
+        if row is None:
+            return
+        spec = parse_spec(row)
+        checkpoint = (
+            row.latest_checkpoint if row.latest_checkpoint and Path(row.latest_checkpoint).exists() else None
+        )
+        resume = d.resume or row.instance_count > 0
+        model_dir = self.model_dir(row.id, spec)
+        with self._write() as s:
+            job = s.get(JobRow, row.id)
+            if job is None or job.state not in WAITING_STATES or job.held or job.cancel_requested:
+                return
+            inst = transitions.begin_instance(
+                s, job, d.placement, resume, checkpoint, d.reason, time.time(), self.me
+            )
+            work_dir = self.ctx.jobs_dir(job.id) / "instances" / str(inst.id)
+            inst.work_dir, inst.log_path, inst.model_dir = (
+                str(work_dir),
+                str(work_dir / "output.log"),
+                str(model_dir),
+            )
+            inst.grace_seconds = spec.effective_grace_seconds
+            iid, user, group = inst.id, job.user_name, job.group_name
+        self.ctx.changed.notify()
+        failure: str | None = None
+        handle: Handle | None = None
+        try:
+            model_dir.mkdir(parents=True, exist_ok=True)
+            work_dir.mkdir(parents=True, exist_ok=True)
+            storages = {
+                sid: self.ctx.storages[sid] for sid in spec.project_storage if sid in self.ctx.storages
+            }
+            missing = [sid for sid in spec.project_storage if sid not in storages]
+            if missing:
+                raise StartError(f"project storage {missing[0]} is no longer configured on the server")
+            env = {
+                "HAI_JOB_ID": str(row.id),
+                "HAI_INSTANCE_ID": str(iid),
+                "HAI_TASK_NAME": spec.task_name,
+                "HAI_USER": user,
+                "HAI_GROUP": group,
+                "HAI_MODEL_DIR": str(model_dir),
+                "HAI_CHECKPOINT_DIR": str(model_dir),
+                "HAI_RESUME": "1" if resume else "0",
+                "HAI_PREEMPT_NOTICE": str(work_dir / "preempt-notice"),
+            }
+            if checkpoint:
+                env["HAI_LATEST_CHECKPOINT"] = checkpoint
+            env.update({f"HAI_PROJECT_STORAGE_{sid}": path for sid, path in storages.items()})
+            launch = Launch(
+                job_id=row.id,
+                instance_id=iid,
+                spec=spec,
+                placement=d.placement,
+                env=env,
+                log_path=work_dir / "output.log",
+                work_dir=work_dir,
+                storages=storages,
+                grace_seconds=spec.effective_grace_seconds,
+            )
+            handle = self.backend.start(launch)
+        except StartError as e:
+            failure = str(e)
+        except OSError as e:
+            failure = f"{e.strerror or e} ({getattr(e, 'filename', '') or ''})"
+        except Exception as e:
+            log.exception("starting instance %d failed", iid)
+            failure = f"{type(e).__name__}: {e}"
+        try:
+            with self._write() as s:
+                job, started = s.get(JobRow, row.id), s.get(InstanceRow, iid)
+                assert job is not None and started is not None
+                if handle is None:
+                    transitions.start_failed(s, job, started, failure or "unknown error", time.time())
+                else:
+                    transitions.started(s, job, started, handle, time.time())
+        except lease.LeaseLost:
+            if handle is not None:
+                # Our successor will not know this instance: it must not run twice.
+                self.backend.stop(iid, 0, False)
+            raise
+        if handle is not None:
+            self.ctx.metrics.admitted(resume)
+        self.ctx.changed.notify()
+
+    # ---- checkpoints --------------------------------------------------------------------------
+
+    def _checkpoint_of(self, inst: InstanceRow) -> Checkpoint | None:
+        if not inst.model_dir:
+            return None
+        cfg = self.ctx.config.checkpoints
+        # After a kill without grace, files written since the kill request may be half-written.
+        cutoff = inst.stop_requested_at if inst.stop_kind and inst.grace_seconds == 0 else None
+        return newest_checkpoint(Path(inst.model_dir), cfg.patterns, cfg.ignore, cutoff)
+
+    def scan_checkpoints(self) -> None:
+        """Show each running job's newest checkpoint on the job (passed to its next instance)."""
+        with self.ctx.store.read() as s:
+            rows = s.execute(
+                select(JobRow.id, JobRow.latest_checkpoint_at, InstanceRow)
+                .join(InstanceRow, InstanceRow.id == JobRow.current_instance_id)
+                .where(JobRow.state.in_(("RUNNING", "SUSPENDING")))
+            ).all()
+        found: dict[int, Checkpoint] = {}
+        for job_id, latest_at, inst in rows:
+            ckpt = self._checkpoint_of(inst)
+            if ckpt is not None and (latest_at is None or ckpt.at > latest_at):
+                found[job_id] = ckpt
+        if not found:
+            return
+        with self._write() as s:
+            now = time.time()
+            for job_id, ckpt in found.items():
+                job = s.get(JobRow, job_id)
+                if job is not None and (
+                    job.latest_checkpoint_at is None or ckpt.at > job.latest_checkpoint_at
+                ):
+                    transitions.checkpoint_seen(s, job, ckpt, now)

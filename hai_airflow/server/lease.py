@@ -1,0 +1,78 @@
+"""The controller lease: one row saying which `hai serve` may act on the store, and until when."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from hai_airflow.server.tables import LeaseRow
+
+LEASE_SECONDS = 10.0
+
+
+class LeaseLost(Exception):
+    """Another controller holds the lease now; this one must stop acting."""
+
+
+def holder_identity() -> str:
+    """host:pid:nonce, so a restarted server on the same host can tell its predecessor is gone."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def _dead_on_this_host(holder: str) -> bool:
+    """The holder ran on this host in a process that no longer exists (e.g. after kill -9)."""
+    host, _, rest = holder.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def try_acquire(session: Session, me: str, now: float, ttl: float = LEASE_SECONDS) -> bool:
+    """Take the lease if it is ours, expired, or held by a dead process on this host; renew it if ours."""
+    row = session.get(LeaseRow, 1, with_for_update=True)
+    if row is None:
+        session.add(LeaseRow(id=1, holder=me, expires_at=now + ttl, acquired_at=now))
+        return True
+    if row.holder != me and row.holder and row.expires_at > now and not _dead_on_this_host(row.holder):
+        return False
+    if row.holder != me:
+        row.acquired_at = now
+    row.holder, row.expires_at = me, now + ttl
+    return True
+
+
+def renew(session: Session, me: str, now: float, ttl: float = LEASE_SECONDS) -> None:
+    """Extend our lease inside a write transaction; raises `LeaseLost` if someone else took it.
+
+    Every controller write goes through this, so the row lock fences a controller that
+    stalled past its expiry from writing after a successor took over.
+    """
+    result = session.execute(
+        update(LeaseRow).where(LeaseRow.id == 1, LeaseRow.holder == me).values(expires_at=now + ttl)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise LeaseLost(me)
+
+
+def current(session: Session, now: float) -> LeaseRow | None:
+    """The lease while someone holds it (not expired), else None."""
+    row = session.get(LeaseRow, 1)
+    return row if row is not None and row.holder and row.expires_at > now else None
+
+
+def release(session: Session, me: str) -> None:
+    session.execute(update(LeaseRow).where(LeaseRow.id == 1, LeaseRow.holder == me).values(expires_at=0.0))

@@ -1,0 +1,1 @@
+"""Alembic migrations of the hai store, applied automatically when `hai serve` starts."""

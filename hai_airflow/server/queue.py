@@ -1,0 +1,72 @@
+"""The queue as users see it: order, priority weight with its terms, and why each job waits."""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hai_airflow.scheduling import plan, weight
+from hai_airflow.scheduling.model import Admit, Hold, Reject
+from hai_airflow.server.snapshot import WAITING_STATES, planner_job, read_store
+from hai_airflow.server.tables import InstanceRow
+from hai_airflow.server.views import job_view
+from hai_airflow.spec import QueueEntryView, WeightTermView
+
+
+def _last_preemptor(session: Session, job_ids: list[int]) -> dict[int, int]:
+    """Per job, who preempted its latest instance (when that instance was preempted)."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(InstanceRow.job_id, InstanceRow.preempted_by)
+        .where(InstanceRow.job_id.in_(job_ids))
+        .order_by(InstanceRow.id)
+    )
+    last: dict[int, int | None] = {}
+    for job_id, by in rows:
+        last[job_id] = by
+    return {j: by for j, by in last.items() if by is not None}
+
+
+def queue_entries(session: Session, policy: str, now: float | None = None) -> list[QueueEntryView]:
+    """Waiting jobs in the order a fresh plan would serve them; admin-held ones last."""
+    now = time.time() if now is None else now
+    view = read_store(session, policy)
+    decisions = plan(view.snapshot, now)
+    waiting = [r for r in view.jobs.values() if r.state in WAITING_STATES]
+    preempted_by = _last_preemptor(session, [r.id for r in waiting])
+    entries: list[QueueEntryView] = []
+
+    def add(job_id: int, reason: str, behind: int | None) -> None:
+        row = view.jobs[job_id]
+        w = weight(planner_job(row, None), now)
+        entries.append(
+            QueueEntryView(
+                position=len(entries) + 1,
+                job=job_view(row, None, now),
+                weight=w.score,
+                terms=tuple(WeightTermView(name=t.name, value=t.value, note=t.note) for t in w.terms),
+                reason=reason,
+                waiting_behind=behind,
+                preempted_by=preempted_by.get(job_id),
+            )
+        )
+
+    for d in decisions:
+        if isinstance(d, Admit):
+            add(d.job_id, f"starting: {d.reason}", None)
+        elif isinstance(d, Hold):
+            add(d.job_id, d.reason, d.blocked_by)
+        elif isinstance(d, Reject):
+            add(d.job_id, f"cannot run: {d.reason}", None)
+    planned = {e.job.id for e in entries}
+    for row in sorted(waiting, key=lambda r: r.id):
+        if row.id in planned:
+            continue
+        if row.cancel_requested:
+            add(row.id, f"being cancelled (asked by {row.cancel_by})", None)
+        elif row.held:
+            add(row.id, f"suspended by admin {row.held_by}; `hai resume` releases it", None)
+    return entries

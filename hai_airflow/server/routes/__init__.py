@@ -1,0 +1,12 @@
+"""The REST API under `/api/v1`: the paths, parameters and bodies `hai_airflow.client` uses."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from hai_airflow.server.routes import cluster, instances, jobs
+
+router = APIRouter(prefix="/api/v1")
+router.include_router(cluster.router)
+router.include_router(jobs.router)
+router.include_router(instances.router)

@@ -1,0 +1,119 @@
+"""Cluster routes: who am I, resource packages, nodes, the queue, and quotas."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.scheduling import high_priority_allowed
+from hai_airflow.server import capacity, queue, quotas, submission
+from hai_airflow.server.errors import ApiError, not_found
+from hai_airflow.server.routes.deps import CallerDep, CtxDep
+from hai_airflow.server.snapshot import quota_of
+from hai_airflow.server.tables import GroupRow, UserRow
+from hai_airflow.spec import NodeView, QueueEntryView, QuotaView, ResourcePackageView
+
+router = APIRouter()
+
+
+class QuotaRequest(BaseModel):
+    """Body of `PUT /quotas/users/{u}` and `/quotas/groups/{g}`; null = unlimited."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpus: int | None = Field(ge=0, le=1_000_000, description="High-priority GPU quota; null = unlimited.")
+
+
+@router.get("/whoami")
+def whoami(caller: CallerDep) -> dict[str, Any]:
+    return {
+        "user": caller.name,
+        "group": caller.group,
+        "role": caller.role,
+        "admin_of": sorted(caller.admin_of),
+    }
+
+
+@router.get("/resource-packages")
+def resource_packages(ctx: CtxDep, caller: CallerDep) -> list[ResourcePackageView]:
+    with ctx.store.read() as s:
+        return capacity.package_views(s, list(ctx.config.resource_packages))
+
+
+@router.get("/nodes")
+def nodes(ctx: CtxDep, caller: CallerDep) -> list[NodeView]:
+    with ctx.store.read() as s:
+        return capacity.node_views(s)
+
+
+@router.get("/queue")
+def get_queue(ctx: CtxDep, caller: CallerDep) -> list[QueueEntryView]:
+    with ctx.store.read() as s:
+        return queue.queue_entries(s, ctx.config.server.policy)
+
+
+@router.get("/quota")
+def get_quota(ctx: CtxDep, caller: CallerDep) -> QuotaView:
+    with ctx.store.read() as s:
+        return quotas.quota_view(s, caller.group, caller.name)
+
+
+@router.get("/quotas")
+def get_quotas(ctx: CtxDep, caller: CallerDep) -> list[QuotaView]:
+    with ctx.store.read() as s:
+        names = quotas.group_names(s)
+        visible = [g for g in names if caller.administers(g) or g == caller.group]
+        return [quotas.quota_view(s, g) for g in visible]
+
+
+@router.get("/quota/check")
+def check_quota(
+    ctx: CtxDep, caller: CallerDep, gpus: Annotated[int, Query(ge=0, le=1_000_000)]
+) -> dict[str, Any]:
+    with ctx.store.read() as s:
+        v = high_priority_allowed(caller.name, caller.group, gpus, submission.quota_jobs(s), quota_of(s))
+    return {
+        "allowed": v.allowed,
+        "reason": v.reason,
+        "user_used": v.user_used,
+        "user_limit": v.user_limit,
+        "group_used": v.group_used,
+        "group_limit": v.group_limit,
+    }
+
+
+@router.put("/quotas/users/{user}")
+def set_user_quota(user: str, body: QuotaRequest, ctx: CtxDep, caller: CallerDep) -> QuotaView:
+    with ctx.store.write() as s:
+        row = s.get(UserRow, user)
+        if row is None:
+            raise not_found("user", user, fix="See the members of your group with `hai quota`")
+        if not caller.administers(row.group_name):
+            raise ApiError(
+                403,
+                f"only an admin of group {row.group_name} can set {user}'s quota",
+                field="user",
+                fix="Ask your group admin",
+            )
+        row.quota_gpus = body.gpus
+        group = row.group_name
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return quotas.quota_view(s, group, user)
+
+
+@router.put("/quotas/groups/{group}")
+def set_group_quota(group: str, body: QuotaRequest, ctx: CtxDep, caller: CallerDep) -> QuotaView:
+    if not caller.is_platform_admin:
+        raise ApiError(
+            403, "only a platform admin can set a group's quota", field="group", fix="Ask the platform admin"
+        )
+    with ctx.store.write() as s:
+        row = s.get(GroupRow, group)
+        if row is None:
+            raise not_found("group", group, fix="See the groups with `hai quota --all`")
+        row.quota_gpus = body.gpus
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return quotas.quota_view(s, group)

@@ -1,0 +1,89 @@
+"""What every route needs: the server context, the caller, and jobs the caller may see."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+
+from hai_airflow.server.auth import Caller, authenticate
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.errors import ApiError, not_found
+from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
+from hai_airflow.server.views import job_view
+from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
+
+JOB_STATES: tuple[str, ...] = JobState.__args__  # type: ignore[attr-defined]
+DB_RECHECK_SECONDS = 1.0
+"""How often a long-poll or a followed log looks at the store again (another process may change it)."""
+
+
+def _ctx(request: Request) -> ServerContext:
+    ctx: ServerContext = request.app.state.ctx
+    return ctx
+
+
+CtxDep = Annotated[ServerContext, Depends(_ctx)]
+CallerDep = Annotated[Caller, Depends(authenticate)]
+
+
+def visible_job(s: Session, caller: Caller, job_id: int) -> JobRow:
+    """The job if the caller may see it; otherwise it does not exist for them."""
+    row = s.get(JobRow, job_id)
+    if row is None or not caller.may_see(row.user_name, row.group_name):
+        raise not_found("job", job_id, fix="List your jobs with `hai task`")
+    return row
+
+
+def current_instance(s: Session, row: JobRow) -> InstanceRow | None:
+    return s.get(InstanceRow, row.current_instance_id) if row.current_instance_id else None
+
+
+def view_of(s: Session, row: JobRow) -> JobView:
+    return job_view(row, current_instance(s, row), time.time())
+
+
+def require_unfinished(row: JobRow, action: str) -> None:
+    if row.state in TERMINAL_STATES:
+        raise ApiError(
+            409,
+            f"cannot {action} job {row.id}: it already ended ({row.state})",
+            field="job_id",
+            fix="Submit it again if it should run",
+        )
+
+
+def add_event(s: Session, row: JobRow, kind: str, reason: str, actor: str) -> None:
+    s.add(
+        EventRow(
+            job_id=row.id,
+            at=time.time(),
+            kind=kind,
+            from_state=row.state,
+            to_state=row.state,
+            reason=reason,
+            actor=actor,
+        )
+    )
+
+
+def require_group_admin(caller: Caller, row: JobRow, action: str) -> None:
+    if not caller.administers(row.group_name):
+        raise ApiError(
+            403,
+            f"only an admin of group {row.group_name} can {action} jobs",
+            field="job_id",
+            fix="Ask your group admin, or cancel the job yourself",
+        )
+
+
+def visible_instance(s: Session, caller: Caller, instance_id: int) -> InstanceRow:
+    inst = s.get(InstanceRow, instance_id)
+    if inst is None:
+        raise not_found("instance", instance_id, fix="List a job's instances with `hai instance --task-id N`")
+    job = s.get(JobRow, inst.job_id)
+    if job is None or not caller.may_see(job.user_name, job.group_name):
+        raise not_found("instance", instance_id, fix="List a job's instances with `hai instance --task-id N`")
+    return inst

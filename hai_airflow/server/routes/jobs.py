@@ -1,0 +1,238 @@
+"""Job routes: submit, list, show, wait, and the requests the controller acts on."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import select
+
+from hai_airflow.server import submission
+from hai_airflow.server.errors import ApiError
+from hai_airflow.server.routes.deps import (
+    DB_RECHECK_SECONDS,
+    JOB_STATES,
+    CallerDep,
+    CtxDep,
+    add_event,
+    current_instance,
+    require_group_admin,
+    require_unfinished,
+    view_of,
+    visible_job,
+)
+from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, UserRow
+from hai_airflow.server.views import instance_view, job_detail, job_view
+from hai_airflow.spec import MAX_SCHEDULE_CHOICES, InstanceView, JobDetailView, JobView, SubmitRequest
+
+router = APIRouter()
+DEFAULT_LIST_LIMIT = 1000
+
+
+class PromoteRequest(BaseModel):
+    """Body of `POST /jobs/{id}/promote`."""
+
+    model_config = ConfigDict(extra="forbid")
+    max_schedule: int = Field(description="New expected queueing time in hours; > 0 = high priority.")
+
+    @field_validator("max_schedule")
+    @classmethod
+    def _high(cls, v: int) -> int:
+        choices = [c for c in MAX_SCHEDULE_CHOICES if c > 0]
+        if v not in choices:
+            raise ValueError(
+                f"promotion needs a high-priority max_schedule: one of {', '.join(map(str, choices))}"
+            )
+        return v
+
+
+def _states(state: str | None) -> list[str] | None:
+    if state is None:
+        return None
+    states = [p.strip().upper() for p in state.split(",") if p.strip()]
+    bad = [p for p in states if p not in JOB_STATES]
+    if bad or not states:
+        raise ApiError(
+            422,
+            f"unknown job state {', '.join(bad) or state!r}",
+            field="state",
+            fix=f"Use one of {', '.join(JOB_STATES)} (comma-separated for several)",
+        )
+    return states
+
+
+@router.post("/jobs", status_code=201, responses={200: {"description": "An existing job (same client_key)"}})
+def submit_job(body: SubmitRequest, response: Response, ctx: CtxDep, caller: CallerDep) -> JobView:
+    row, created = submission.submit(ctx, caller, body)
+    if not created:
+        response.status_code = 200
+    with ctx.store.read() as s:
+        fresh = s.get(JobRow, row.id)
+        assert fresh is not None
+        return view_of(s, fresh)
+
+
+@router.get("/jobs")
+def list_jobs(
+    ctx: CtxDep,
+    caller: CallerDep,
+    user: str | None = None,
+    state: str | None = None,
+    group: str | None = None,
+    client_key: str | None = None,
+    all: bool = False,
+    limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+) -> list[JobView]:
+    states = _states(state)
+    query = select(JobRow)
+    if not caller.is_platform_admin:
+        query = query.where(
+            (JobRow.user_name == caller.name) | JobRow.group_name.in_(sorted(caller.admin_of))
+        )
+    with ctx.store.read() as s:
+        if user is not None and user != caller.name:
+            owner = s.get(UserRow, user)
+            if owner is not None and not caller.administers(owner.group_name):
+                raise ApiError(
+                    403,
+                    f"you may not list {user}'s jobs",
+                    field="user",
+                    fix=f"Leave out --user, or ask an admin of group {owner.group_name}",
+                )
+        if user is not None:
+            query = query.where(JobRow.user_name == user)
+        if group is not None:
+            query = query.where(JobRow.group_name == group)
+        if client_key is not None:
+            query = query.where(JobRow.client_key == client_key)
+        if not all and user is None and group is None and client_key is None:
+            query = query.where(JobRow.user_name == caller.name)
+        if states is not None:
+            query = query.where(JobRow.state.in_(states))
+        rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit or DEFAULT_LIST_LIMIT)))
+        ids = [r.current_instance_id for r in rows if r.current_instance_id]
+        current = (
+            {i.id: i for i in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(ids)))} if ids else {}
+        )
+        now = time.time()
+        return [job_view(r, current.get(r.current_instance_id or -1), now) for r in rows]
+
+
+@router.get("/jobs/{job_id}")
+def get_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
+    with ctx.store.read() as s:
+        row = visible_job(s, caller, job_id)
+        events = list(s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id)))
+        return job_detail(row, current_instance(s, row), events, time.time())
+
+
+@router.get("/jobs/{job_id}/instances")
+def job_instances(job_id: int, ctx: CtxDep, caller: CallerDep) -> list[InstanceView]:
+    with ctx.store.read() as s:
+        visible_job(s, caller, job_id)
+        rows = s.scalars(select(InstanceRow).where(InstanceRow.job_id == job_id).order_by(InstanceRow.id))
+        return [instance_view(i) for i in rows]
+
+
+@router.get("/jobs/{job_id}/wait")
+async def wait_job(
+    job_id: int,
+    ctx: CtxDep,
+    caller: CallerDep,
+    since_state: str | None = None,
+    timeout: Annotated[float, Query(ge=0, le=600)] = 30,
+) -> JobView:
+    """Long-poll: answers once the state differs from `since_state`, or after `timeout` seconds."""
+    if since_state is not None:
+        since_state = since_state.upper()
+        if since_state not in JOB_STATES:
+            raise ApiError(
+                422,
+                f"unknown job state {since_state!r}",
+                field="since_state",
+                fix=f"Use one of {', '.join(JOB_STATES)}",
+            )
+
+    def load() -> JobView:
+        with ctx.store.read() as s:
+            return view_of(s, visible_job(s, caller, job_id))
+
+    deadline = time.monotonic() + timeout
+    while True:
+        view = await run_in_threadpool(load)
+        remaining = deadline - time.monotonic()
+        if since_state is None or view.state != since_state or remaining <= 0:
+            return view
+        # A controller in this process wakes us at once; one in another process is seen by the re-check.
+        await ctx.changed.wait(min(DB_RECHECK_SECONDS, remaining))
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
+    with ctx.store.write() as s:
+        row = visible_job(s, caller, job_id)
+        require_unfinished(row, "cancel")
+        if not row.cancel_requested:
+            row.cancel_requested, row.cancel_by = True, caller.name
+            add_event(s, row, "cancel_requested", f"cancel asked by {caller.name}", caller.name)
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return view_of(s, visible_job(s, caller, job_id))
+
+
+@router.post("/jobs/{job_id}/promote")
+def promote_job(job_id: int, body: PromoteRequest, ctx: CtxDep, caller: CallerDep) -> JobView:
+    with ctx.store.write() as s:
+        row = visible_job(s, caller, job_id)
+        require_unfinished(row, "promote")
+        if row.cancel_requested:
+            raise ApiError(409, f"job {job_id} is being cancelled", field="job_id", fix="Submit a new job")
+        if row.max_schedule == 0:
+            gpus = row.workers * row.gpus_per_worker
+            submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude_job=row.id)
+        old = row.max_schedule
+        row.max_schedule = body.max_schedule
+        add_event(
+            s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller.name
+        )
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return view_of(s, visible_job(s, caller, job_id))
+
+
+@router.post("/jobs/{job_id}/suspend")
+def suspend_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
+    """An admin's hold: the controller stops the job (it resumes from its checkpoint after /resume)."""
+    with ctx.store.write() as s:
+        row = visible_job(s, caller, job_id)
+        require_group_admin(caller, row, "suspend")
+        require_unfinished(row, "suspend")
+        if not row.held:
+            row.held, row.held_by = True, caller.name
+            add_event(s, row, "hold_requested", f"suspended by admin {caller.name}", caller.name)
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return view_of(s, visible_job(s, caller, job_id))
+
+
+@router.post("/jobs/{job_id}/resume")
+def resume_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
+    with ctx.store.write() as s:
+        row = visible_job(s, caller, job_id)
+        require_group_admin(caller, row, "resume")
+        require_unfinished(row, "resume")
+        if not row.held:
+            raise ApiError(
+                409,
+                f"job {job_id} is not suspended by an admin",
+                field="job_id",
+                fix="A preempted job resumes by itself when GPUs free up; see `hai queue`",
+            )
+        row.held, row.held_by = False, None
+        add_event(s, row, "hold_released", f"resumed by admin {caller.name}", caller.name)
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return view_of(s, visible_job(s, caller, job_id))

@@ -1,0 +1,159 @@
+"""`hai serve`: read (or write) the config, open the store, start the controller and the HTTP server."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+from pathlib import Path
+
+import uvicorn
+from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
+
+from hai_airflow.backends import BackendUnavailable, load_backend
+from hai_airflow.backends.base import Backend
+from hai_airflow.client import hai_home
+from hai_airflow.scheduling import POLICIES
+from hai_airflow.server.app import create_app
+from hai_airflow.server.config import (
+    ConfigError,
+    ServerConfig,
+    default_config_text,
+    default_nodes,
+    load_config,
+)
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.controller import Controller
+from hai_airflow.server.lease import holder_identity
+from hai_airflow.server.provision import apply_config, write_token_file
+from hai_airflow.server.store import Store, database_url
+from hai_airflow.spec import NodeConfig
+
+log = logging.getLogger("hai.server")
+
+
+def detected_nodes(backend: Backend) -> list[NodeConfig] | None:
+    """The backend's inventory (nvidia-smi, the Kubernetes API) as config nodes; None when it has none."""
+    try:
+        found = backend.inventory()
+    except Exception:
+        log.exception("GPU inventory failed; using virtual GPUs")
+        return None
+    if not found:
+        return None
+    return [
+        NodeConfig(
+            name=n.name, gpu_type=n.gpu_type, gpus=n.gpus, cpus=n.cpus, memory_gb=n.memory_gb, virtual=False
+        )
+        for n in found
+    ]
+
+
+def load_or_create_config(path: Path | None, home: Path) -> ServerConfig:
+    """The given file, else `$HAI_HOME/config.toml`, written with defaults on first start."""
+    if path is None:
+        path = home / "config.toml"
+        if not path.exists():
+            home.mkdir(parents=True, exist_ok=True)
+            local = load_backend("local", {}, home)
+            try:
+                text = default_config_text(detected_nodes(local))
+            finally:
+                local.close()
+            path.write_text(text, encoding="utf-8")
+            log.info("wrote a default config to %s", path)
+    elif not path.exists():
+        raise ConfigError(path, None, "the file does not exist")
+    return load_config(path, sorted(POLICIES))
+
+
+def open_store(config: ServerConfig, home: Path, nodes: list[NodeConfig]) -> Store:
+    """Connect, migrate to the newest schema, and apply the config's groups, users and nodes."""
+    store = Store(database_url(config.server.database_url, home))
+    store.migrate()
+    apply_config(store, config, nodes)
+    write_token_file(store, config, home)
+    return store
+
+
+def build(
+    config: ServerConfig, home: Path, config_path: Path | None = None
+) -> tuple[ServerContext, Controller]:
+    """The store, the backend and the controller for `config` (exits are the caller's business)."""
+    try:
+        backend = load_backend(config.server.backend, config.backend, home)
+    except BackendUnavailable as e:
+        raise ConfigError(config_path, "server.backend", str(e)) from None
+    except ValidationError as e:
+        err = e.errors()[0]
+        field = ".".join(["backend", *(str(p) for p in err["loc"])])
+        raise ConfigError(config_path, field, str(err["msg"])) from None
+    nodes = list(config.nodes) or default_nodes(detected_nodes(backend))
+    store = open_store(config, home, nodes)
+    ctx = ServerContext(store=store, config=config, home=home, holder_id=holder_identity())
+    return ctx, Controller(ctx, backend)
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why we could not listen on host:port (checked before anything starts), or None."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def main(config_path: Path | None = None, host: str | None = None, port: int | None = None) -> None:
+    """Run `hai serve` until interrupted; exits 2 on a bad config, 1 when the database is unusable."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The dashboard at /ui reads through the API with httpx, which logs every request at INFO.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    home = hai_home()
+    try:
+        config = load_or_create_config(config_path, home)
+    except ConfigError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    bind_host = host or config.server.host
+    bind_port = port or config.server.port
+    problem = port_problem(bind_host, bind_port)
+    if problem is not None:
+        print(
+            f"Error: cannot listen on {bind_host}:{bind_port} ({problem}). "
+            "Stop the other server or pick another --port.",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
+    try:
+        ctx, controller = build(config, home, config_path or home / "config.toml")
+    except ConfigError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except SQLAlchemyError as e:
+        print(
+            f"Error: cannot use the database ({type(e).__name__}: {str(e).splitlines()[0]}). "
+            "Check HAI_DATABASE_URL or [server] database_url.",
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
+    app = create_app(ctx, controller)
+    log.info(
+        "hai serve on http://%s:%d (store: %s, backend: %s)",
+        bind_host,
+        bind_port,
+        ctx.store.dialect,
+        config.server.backend,
+    )
+    # Long-polls and followed logs must not hold a shutdown up for long.
+    uvicorn.run(
+        app,
+        host=bind_host,
+        port=bind_port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    ctx.store.dispose()

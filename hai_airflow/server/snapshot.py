@@ -1,0 +1,121 @@
+"""Reading the store into the planner's immutable snapshot."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hai_airflow.scheduling.model import Job, Node, Placement, Quota, Reservation, Snapshot, WorkerPlacement
+from hai_airflow.server.tables import GroupRow, InstanceRow, JobRow, NodeRow, ReservationRow, UserRow
+from hai_airflow.spec import TERMINAL_STATES
+
+WAITING_STATES = ("PENDING", "SUSPENDED")
+HOLDING_STATES = ("STARTING", "RUNNING", "SUSPENDING")
+
+
+def placement_from_json(text: str | None) -> Placement:
+    if not text:
+        return ()
+    return tuple(
+        WorkerPlacement(
+            node=w["node"], gpus=tuple(w["gpus"]), cpus=w.get("cpus", 0), memory_gb=w.get("memory_gb", 0)
+        )
+        for w in json.loads(text)
+    )
+
+
+def placement_to_json(placement: Placement) -> str:
+    return json.dumps(
+        [{"node": w.node, "gpus": list(w.gpus), "cpus": w.cpus, "memory_gb": w.memory_gb} for w in placement]
+    )
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """One consistent read of what the planner and the API views need."""
+
+    snapshot: Snapshot
+    jobs: dict[int, JobRow]
+    """Every unfinished job by id, including admin-held ones the planner does not see."""
+    current: dict[int, InstanceRow]
+    """Current (not ended) instance by job id."""
+
+
+def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
+    """The planner's view of a job row; one that is being stopped counts as SUSPENDING.
+
+    A job asked to stop (cancel or an admin's suspension) must not be picked as a victim again,
+    yet still holds its GPUs until its instance exits.
+    """
+    state = row.state
+    if state in HOLDING_STATES and current is not None and current.stop_kind is not None:
+        state = "SUSPENDING"
+    return Job(
+        id=row.id,
+        user=row.user_name,
+        group=row.group_name,
+        state=state,  # type: ignore[arg-type]
+        max_schedule=row.max_schedule,
+        submitted_at=row.submitted_at,
+        workers=row.workers,
+        gpus_per_worker=row.gpus_per_worker,
+        cpus_per_worker=row.cpus_per_worker,
+        memory_gb_per_worker=row.memory_gb_per_worker,
+        gpu_type=row.gpu_type,
+        started_at=row.started_at if state in HOLDING_STATES else None,
+        placement=placement_from_json(current.placement) if current is not None else (),
+        suspended_seconds=row.suspended_seconds,
+        suspended_at=row.suspended_at,
+        preemptions=row.preemptions,
+        last_checkpoint_at=row.latest_checkpoint_at,
+        elastic=row.elastic,
+    )
+
+
+def schedulable(row: JobRow) -> bool:
+    """Waiting jobs an admin holds or whose cancel is pending are kept from the planner."""
+    if row.state in WAITING_STATES:
+        return not row.held and not row.cancel_requested
+    return row.state in HOLDING_STATES
+
+
+def quota_of(session: Session) -> Quota:
+    groups = {g.name: g.quota_gpus for g in session.scalars(select(GroupRow))}
+    users = {u.name: u.quota_gpus for u in session.scalars(select(UserRow))}
+    return Quota(groups=groups, users=users)
+
+
+def nodes_of(session: Session) -> tuple[Node, ...]:
+    rows = session.scalars(select(NodeRow).order_by(NodeRow.name))
+    return tuple(Node(r.name, r.gpu_type, r.gpus, r.cpus, r.memory_gb) for r in rows)
+
+
+def unfinished_jobs(session: Session) -> list[JobRow]:
+    return list(
+        session.scalars(select(JobRow).where(JobRow.state.not_in(TERMINAL_STATES)).order_by(JobRow.id))
+    )
+
+
+def current_instances(session: Session, job_ids: Iterable[int] | None = None) -> dict[int, InstanceRow]:
+    query = select(InstanceRow).where(InstanceRow.ended_at.is_(None))
+    if job_ids is not None:
+        query = query.where(InstanceRow.job_id.in_(list(job_ids)))
+    return {i.job_id: i for i in session.scalars(query)}
+
+
+def read_store(session: Session, policy: str) -> StoreView:
+    rows = unfinished_jobs(session)
+    current = current_instances(session)
+    jobs = tuple(planner_job(r, current.get(r.id)) for r in rows if schedulable(r))
+    reservations = tuple(
+        Reservation(r.job_id, r.node, tuple(json.loads(r.gpus)))
+        for r in session.scalars(select(ReservationRow))
+    )
+    snapshot = Snapshot(
+        nodes=nodes_of(session), jobs=jobs, quota=quota_of(session), reservations=reservations, policy=policy
+    )
+    return StoreView(snapshot=snapshot, jobs={r.id: r for r in rows}, current=current)

@@ -1,0 +1,109 @@
+"""The database: engine setup for SQLite and PostgreSQL, migrations, read and write transactions."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_MIGRATION_LOCK_KEY = 0x4841_4953  # "HAIS": one PostgreSQL advisory lock for schema upgrades
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def database_url(configured: str | None, home: Path) -> str:
+    """HAI_DATABASE_URL first, then the config's `[server] database_url`, then SQLite under $HAI_HOME."""
+    return os.environ.get("HAI_DATABASE_URL") or configured or f"sqlite:///{home / 'hai.db'}"
+
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+    )
+
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        # We issue BEGIN ourselves (below), so the driver must not open transactions behind our back.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        # A writer takes the write lock up front: upgrading a read transaction to a write one
+        # fails at once with "database is locked" instead of waiting out the busy timeout.
+        write = conn.get_execution_options().get("hai_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def make_engine(url: str) -> Engine:
+    backend = make_url(url).get_backend_name()
+    if backend == "sqlite":
+        database = make_url(url).database
+        if database and database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        return _sqlite_engine(url)
+    return create_engine(url, pool_size=5, max_overflow=25, pool_pre_ping=True)
+
+
+class Store:
+    """Sessions over one database; `write()` transactions serialize where the rules need it."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.engine = make_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = sessionmaker(self.engine.execution_options(hai_write=True), expire_on_commit=False)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest revision; safe when several servers start at once."""
+        cfg = AlembicConfig()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with self.engine.execution_options(hai_write=True).begin() as conn:
+            if not self.is_sqlite:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        with self._read() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A transaction that commits on success and rolls back on any error."""
+        with self._write() as session, session.begin():
+            yield session
+
+    def lock_setup(self, session: Session) -> None:
+        """Serialize start-up writes of servers starting together on one database."""
+        if not self.is_sqlite:
+            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+
+    def lock_group(self, session: Session, group: str) -> None:
+        """Serialize quota decisions of one group (SQLite already holds the write lock)."""
+        if not self.is_sqlite:
+            session.execute(text("SELECT name FROM groups WHERE name = :g FOR UPDATE"), {"g": group})
+
+    def dispose(self) -> None:
+        self.engine.dispose()

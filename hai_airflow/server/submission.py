@@ -1,0 +1,213 @@
+"""Accepting a job: check what it refers to, resolve its resources, apply the quota rule, store it."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from hai_airflow.scheduling import high_priority_allowed
+from hai_airflow.scheduling.model import Job
+from hai_airflow.server.auth import Caller
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.errors import ApiError
+from hai_airflow.server.snapshot import current_instances, planner_job, quota_of, unfinished_jobs
+from hai_airflow.server.tables import EventRow, JobRow
+from hai_airflow.spec import (
+    CpuJobSpec,
+    DistributedJobSpec,
+    ResourcePackage,
+    StandaloneJobSpec,
+    SubmitRequest,
+)
+
+QUOTA_FIX = "Submit with --max-schedule 0 for low priority, or ask your group admin to raise your quota"
+
+
+@dataclass(frozen=True)
+class Resources:
+    workers: int
+    gpus_per_worker: int
+    cpus_per_worker: float
+    memory_gb_per_worker: float
+    gpu_type: str | None
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+def _package(ctx: ServerContext, pkg_id: int, field: str) -> ResourcePackage:
+    packages = ctx.packages
+    pkg = packages.get(pkg_id)
+    if pkg is None:
+        known = ", ".join(f"{p.id} ({p.name})" for p in packages.values()) or "none configured"
+        raise ApiError(
+            422,
+            f"resource package {pkg_id} does not exist",
+            field=field,
+            fix=f"Pick one listed by `hai res`: {known}",
+        )
+    return pkg
+
+
+def resolve_resources(
+    ctx: ServerContext, spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
+) -> Resources:
+    """What the job holds per worker, from its resource package (CPU jobs say it themselves)."""
+    if isinstance(spec, CpuJobSpec):
+        return Resources(1, 0, spec.cpus, spec.memory_gb, None)
+    if isinstance(spec, StandaloneJobSpec):
+        field, pkg, workers = "spec.resource_pkg", _package(ctx, spec.resource_pkg, "spec.resource_pkg"), 1
+    else:
+        field = "spec.worker_resource_pkg"
+        pkg, workers = _package(ctx, spec.worker_resource_pkg, field), spec.workers
+    if spec.gpu_type is not None and spec.gpu_type.upper() != pkg.gpu_type.upper():
+        package = f"resource package {pkg.id} ({pkg.name}, {pkg.gpu_type})"
+        raise ApiError(
+            422,
+            f"gpu_type {spec.gpu_type} does not match {package}",
+            field="spec.gpu_type",
+            fix=f"Use --gpu-type {pkg.gpu_type} or leave it out, or pick a {spec.gpu_type} package",
+        )
+    gpu_type = pkg.gpu_type if pkg.gpus > 0 else None
+    if pkg.gpus == 0 and isinstance(spec, DistributedJobSpec):
+        raise ApiError(
+            422,
+            f"resource package {pkg.id} ({pkg.name}) has no GPUs; distributed training needs GPU workers",
+            field=field,
+            fix="Pick a GPU package from `hai res`",
+        )
+    return Resources(workers, pkg.gpus, pkg.cpus, pkg.memory_gb, gpu_type)
+
+
+def check_references(ctx: ServerContext, spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec) -> None:
+    storages = ctx.storages
+    for sid in spec.project_storage:
+        if sid not in storages:
+            known = ", ".join(str(s) for s in sorted(storages)) or "none configured"
+            raise ApiError(
+                422,
+                f"unknown project storage {sid}",
+                field="spec.project_storage",
+                fix=f"Use a configured project storage id (known: {known}) or ask the platform admin "
+                "to add it",
+            )
+    # The local backend runs on this machine, so a missing directory can be refused now
+    # instead of failing later as a job.
+    local_nas = ctx.config.server.backend == "local" and spec.code_src == "nas"
+    if local_nas and not Path(spec.code_path).expanduser().is_dir():
+        raise ApiError(
+            422,
+            f"code_path {spec.code_path} is not a directory on the server",
+            field="spec.code_path",
+            fix="Point --code-path at the directory holding the training code",
+        )
+
+
+def quota_jobs(session: Session) -> list[Job]:
+    """Every unfinished job as the quota rule counts it (a waiting job being cancelled no longer counts)."""
+    rows = [
+        r
+        for r in unfinished_jobs(session)
+        if not (r.cancel_requested and r.state in ("PENDING", "SUSPENDED"))
+    ]
+    current = current_instances(session)
+    return [planner_job(r, current.get(r.id)) for r in rows]
+
+
+def check_quota(
+    ctx: ServerContext, session: Session, user: str, group: str, gpus: int, exclude_job: int | None = None
+) -> None:
+    """Refuse (409) when high priority would exceed the user's or the group's quota."""
+    ctx.store.lock_group(session, group)
+    verdict = high_priority_allowed(user, group, gpus, quota_jobs(session), quota_of(session), exclude_job)
+    if not verdict.allowed:
+        raise ApiError(409, f"high priority refused: {verdict.reason}", field="max_schedule", fix=QUOTA_FIX)
+
+
+def _existing(session: Session, caller: Caller, key: str) -> JobRow:
+    row = session.scalar(select(JobRow).where(JobRow.client_key == key))
+    assert row is not None
+    if row.user_name != caller.name:
+        raise ApiError(
+            409,
+            f"client_key {key!r} is already used by another user's job",
+            field="client_key",
+            fix="Use a client_key of your own (e.g. include your user name)",
+        )
+    return row
+
+
+def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[JobRow, bool]:
+    """Store the job as PENDING; returns (job, created). The same client_key returns the same job."""
+    spec = request.spec
+    if request.client_key is not None:
+        with ctx.store.read() as s:
+            if s.scalar(select(JobRow.id).where(JobRow.client_key == request.client_key)) is not None:
+                return _existing(s, caller, request.client_key), False
+    check_references(ctx, spec)
+    res = resolve_resources(ctx, spec)
+    try:
+        with ctx.store.write() as s:
+            if request.client_key is not None and (
+                s.scalar(select(JobRow.id).where(JobRow.client_key == request.client_key)) is not None
+            ):
+                return _existing(s, caller, request.client_key), False
+            if spec.max_schedule > 0:
+                check_quota(ctx, s, caller.name, caller.group, res.gpus)
+            now = time.time()
+            row = JobRow(
+                task_name=spec.task_name,
+                mode=spec.mode,
+                user_name=caller.name,
+                group_name=caller.group,
+                state="PENDING",
+                max_schedule=spec.max_schedule,
+                spec=json.dumps(spec.model_dump(mode="json")),
+                client_key=request.client_key,
+                model_id=spec.model_id,
+                project_id=spec.project_id,
+                workers=res.workers,
+                gpus_per_worker=res.gpus_per_worker,
+                cpus_per_worker=res.cpus_per_worker,
+                memory_gb_per_worker=res.memory_gb_per_worker,
+                gpu_type=res.gpu_type,
+                elastic=spec.elastic,
+                submitted_at=now,
+                suspended_seconds=0.0,
+                runtime_seconds=0.0,
+                preemptions=0,
+                instance_count=0,
+                held=False,
+                cancel_requested=False,
+                reason="waiting for the scheduler",
+            )
+            s.add(row)
+            s.flush()
+            priority = "high" if spec.max_schedule > 0 else "low"
+            what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
+            s.add(
+                EventRow(
+                    job_id=row.id,
+                    at=now,
+                    kind="submitted",
+                    from_state=None,
+                    to_state="PENDING",
+                    reason=f"{spec.mode} job, {what}, {priority} priority",
+                    actor=caller.name,
+                )
+            )
+    except IntegrityError:
+        # Another request with the same client_key won the race (PostgreSQL); answer with its job.
+        if request.client_key is None:
+            raise
+        with ctx.store.read() as s:
+            return _existing(s, caller, request.client_key), False
+    ctx.wakeup.set()
+    return row, True

@@ -1,0 +1,157 @@
+"""The store's tables (SQLAlchemy 2 ORM); times are POSIX seconds so SQLite and PostgreSQL agree."""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class GroupRow(Base):
+    """A resource group and its high-priority GPU quota."""
+
+    __tablename__ = "groups"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    quota_gpus: Mapped[int | None] = mapped_column(Integer)
+    config_quota: Mapped[str | None] = mapped_column(String(40))
+    """The config file's quota as last applied (JSON), so an edited file wins over an older API change."""
+    admins: Mapped[str] = mapped_column(Text, default="[]")
+    """JSON list of user names that administer the group besides its group_admin members."""
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    group_name: Mapped[str] = mapped_column(String(200), ForeignKey("groups.name"))
+    role: Mapped[str] = mapped_column(String(20), default="user")
+    token: Mapped[str] = mapped_column(String(200), unique=True)
+    quota_gpus: Mapped[int | None] = mapped_column(Integer)
+    config_quota: Mapped[str | None] = mapped_column(String(40))
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    gpu_type: Mapped[str] = mapped_column(String(50))
+    gpus: Mapped[int] = mapped_column(Integer)
+    cpus: Mapped[float] = mapped_column(Float)
+    memory_gb: Mapped[float] = mapped_column(Float)
+    virtual: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_user", "user_name"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_name: Mapped[str] = mapped_column(String(200))
+    mode: Mapped[str] = mapped_column(String(20))
+    user_name: Mapped[str] = mapped_column(String(200))
+    group_name: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(20))
+    max_schedule: Mapped[int] = mapped_column(Integer, default=0)
+    spec: Mapped[str] = mapped_column(Text)
+    """The submitted spec as JSON."""
+    client_key: Mapped[str | None] = mapped_column(String(250), unique=True)
+    model_id: Mapped[int | None] = mapped_column(Integer)
+    project_id: Mapped[int | None] = mapped_column(Integer)
+    # Resources resolved from the resource package at submission, so editing packages later
+    # never changes what a queued job asked for.
+    workers: Mapped[int] = mapped_column(Integer, default=1)
+    gpus_per_worker: Mapped[int] = mapped_column(Integer, default=0)
+    cpus_per_worker: Mapped[float] = mapped_column(Float, default=0)
+    memory_gb_per_worker: Mapped[float] = mapped_column(Float, default=0)
+    gpu_type: Mapped[str | None] = mapped_column(String(50))
+    elastic: Mapped[bool] = mapped_column(Boolean, default=False)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    suspended_at: Mapped[float | None] = mapped_column(Float)
+    suspended_seconds: Mapped[float] = mapped_column(Float, default=0)
+    runtime_seconds: Mapped[float] = mapped_column(Float, default=0)
+    """Seconds run by ended instances (the current one is added when viewed)."""
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    instance_count: Mapped[int] = mapped_column(Integer, default=0)
+    current_instance_id: Mapped[int | None] = mapped_column(Integer)
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    """An admin's suspension: the controller keeps the job off the GPUs until resumed."""
+    held_by: Mapped[str | None] = mapped_column(String(200))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    cancel_by: Mapped[str | None] = mapped_column(String(200))
+    reason: Mapped[str | None] = mapped_column(Text)
+    latest_checkpoint: Mapped[str | None] = mapped_column(Text)
+    latest_checkpoint_at: Mapped[float | None] = mapped_column(Float)
+
+
+class InstanceRow(Base):
+    """One run of a job: where it ran, how to find it again, how it ended."""
+
+    __tablename__ = "instances"
+    __table_args__ = (Index("ix_instances_job", "job_id"), Index("ix_instances_ended", "ended_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer, ForeignKey("jobs.id"))
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    placement: Mapped[str] = mapped_column(Text, default="[]")
+    handle: Mapped[str | None] = mapped_column(Text)
+    """The backend's Handle.data as JSON; None until the backend has started it."""
+    pid: Mapped[int | None] = mapped_column(Integer)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    end_reason: Mapped[str | None] = mapped_column(String(20))
+    preempted_by: Mapped[int | None] = mapped_column(Integer)
+    resume: Mapped[bool] = mapped_column(Boolean, default=False)
+    checkpoint: Mapped[str | None] = mapped_column(Text)
+    log_path: Mapped[str] = mapped_column(Text)
+    work_dir: Mapped[str] = mapped_column(Text)
+    model_dir: Mapped[str] = mapped_column(Text)
+    stop_kind: Mapped[str | None] = mapped_column(String(20))
+    """Why the controller asked it to stop: preempt, hold or cancel."""
+    stop_requested_at: Mapped[float | None] = mapped_column(Float)
+    grace_seconds: Mapped[int] = mapped_column(Integer, default=0)
+    controller: Mapped[str | None] = mapped_column(String(250))
+    """The lease holder that started it."""
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_job", "job_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer, ForeignKey("jobs.id"))
+    at: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(40))
+    from_state: Mapped[str | None] = mapped_column(String(20))
+    to_state: Mapped[str | None] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    actor: Mapped[str] = mapped_column(String(250), default="controller")
+
+
+class ReservationRow(Base):
+    """GPUs held for a preemptor while its victims stop."""
+
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(Integer, ForeignKey("jobs.id"))
+    node: Mapped[str] = mapped_column(String(200))
+    gpus: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class LeaseRow(Base):
+    """One row: which controller may act on this store, until when."""
+
+    __tablename__ = "controller_lease"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str] = mapped_column(String(250), default="")
+    expires_at: Mapped[float] = mapped_column(Float, default=0)
+    acquired_at: Mapped[float] = mapped_column(Float, default=0)

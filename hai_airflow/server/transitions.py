@@ -1,0 +1,243 @@
+"""Job and instance state changes as store writes; each records an event with its reason."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session
+
+from hai_airflow.backends.base import Exit, Handle
+from hai_airflow.scheduling.model import Placement
+from hai_airflow.server.checkpoints import Checkpoint
+from hai_airflow.server.snapshot import placement_to_json
+from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
+from hai_airflow.spec import TERMINAL_STATES
+from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
+
+CONTROLLER = "controller"
+
+
+def move(
+    s: Session, job: JobRow, to_state: str, kind: str, reason: str, now: float, actor: str = CONTROLLER
+) -> None:
+    """Change the job's state and record why, in one go."""
+    s.add(
+        EventRow(
+            job_id=job.id,
+            at=now,
+            kind=kind,
+            from_state=job.state,
+            to_state=to_state,
+            reason=reason,
+            actor=actor,
+        )
+    )
+    job.state = to_state
+    job.reason = reason
+    if to_state in TERMINAL_STATES:
+        job.ended_at = now
+        job.current_instance_id = None
+        clear_reservations(s, job.id)
+
+
+def clear_reservations(s: Session, job_id: int) -> None:
+    s.execute(delete(ReservationRow).where(ReservationRow.job_id == job_id))
+
+
+def reserve(s: Session, job_id: int, placement: Placement, now: float) -> None:
+    clear_reservations(s, job_id)
+    for w in placement:
+        s.add(ReservationRow(job_id=job_id, node=w.node, gpus=json.dumps(list(w.gpus)), created_at=now))
+
+
+def begin_instance(
+    s: Session,
+    job: JobRow,
+    placement: Placement,
+    resume: bool,
+    checkpoint: str | None,
+    reason: str,
+    now: float,
+    controller: str,
+) -> InstanceRow:
+    """PENDING/SUSPENDED -> STARTING with a new instance row (paths are filled in by the caller)."""
+    inst = InstanceRow(
+        job_id=job.id,
+        created_at=now,
+        placement=placement_to_json(placement),
+        resume=resume,
+        checkpoint=checkpoint,
+        log_path="",
+        work_dir="",
+        model_dir="",
+        grace_seconds=0,
+        controller=controller,
+    )
+    s.add(inst)
+    s.flush()
+    if job.state == "SUSPENDED" and job.suspended_at is not None:
+        job.suspended_seconds += max(0.0, now - job.suspended_at)
+    job.suspended_at = None
+    job.current_instance_id = inst.id
+    job.instance_count += 1
+    clear_reservations(s, job.id)
+    move(s, job, "STARTING", "admitted", f"instance {inst.id}: {reason}", now)
+    return inst
+
+
+def started(s: Session, job: JobRow, inst: InstanceRow, handle: Handle, now: float) -> None:
+    data = dict(handle.data)
+    inst.handle = json.dumps(data)
+    inst.pid = _first_pid(data)
+    inst.started_at = now
+    job.started_at = now
+    how = (
+        f"resumed from {inst.checkpoint}"
+        if inst.resume and inst.checkpoint
+        else ("resumed (no checkpoint yet)" if inst.resume else "started")
+    )
+    move(s, job, "RUNNING", "started", f"instance {inst.id} {how}", now)
+
+
+def _first_pid(data: dict[str, object]) -> int | None:
+    workers = data.get("workers")
+    if isinstance(workers, list) and workers and isinstance(workers[0], dict):
+        pid = workers[0].get("pid")
+        return pid if isinstance(pid, int) else None
+    pid = data.get("pid")
+    return pid if isinstance(pid, int) else None
+
+
+def start_failed(s: Session, job: JobRow, inst: InstanceRow, message: str, now: float) -> None:
+    inst.ended_at, inst.end_reason = now, "failed"
+    move(s, job, "FAILED", "start_failed", f"could not start instance {inst.id}: {message}", now)
+
+
+def stopping(
+    s: Session,
+    job: JobRow,
+    inst: InstanceRow,
+    kind: str,
+    grace: int,
+    reason: str,
+    now: float,
+    preemptor: int | None = None,
+) -> None:
+    """Record that the controller asked the instance to stop: preempt, hold (admin) or cancel."""
+    inst.stop_kind, inst.stop_requested_at, inst.grace_seconds = kind, now, grace
+    inst.preempted_by = preemptor
+    if kind == "cancel":
+        s.add(
+            EventRow(
+                job_id=job.id,
+                at=now,
+                kind="stopping",
+                from_state=job.state,
+                to_state=job.state,
+                reason=reason,
+                actor=CONTROLLER,
+            )
+        )
+    else:
+        move(s, job, "SUSPENDING", "suspending", reason, now)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    end_reason: str
+    job_state: str
+    kind: str
+    reason: str
+
+
+def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = None) -> Outcome:
+    """How an instance's end moves its job. A stop the controller asked for wins over the exit code:
+    an exit during the grace period is a clean suspension, not a failure."""
+    code = "no exit code" if ex.exit_code is None else f"exit code {ex.exit_code}"
+    if job.cancel_requested or inst.stop_kind == "cancel":
+        return Outcome("cancelled", "CANCELLED", "cancelled", f"cancelled by {job.cancel_by or 'an admin'}")
+    if inst.stop_kind == "preempt":
+        by = f"job {inst.preempted_by}" if inst.preempted_by else "a high-priority job"
+        return Outcome(
+            "preempted",
+            "SUSPENDED",
+            "suspended",
+            f"preempted by {by}; resumes from its latest checkpoint when GPUs free up",
+        )
+    if inst.stop_kind == "hold":
+        return Outcome(
+            "suspended",
+            "SUSPENDED",
+            "suspended",
+            f"suspended by admin {job.held_by or ''}".rstrip() + "; resumes after `hai resume`",
+        )
+    if ex.lost:
+        return Outcome(
+            "lost",
+            "SUSPENDED",
+            "lost",
+            f"instance {inst.id} was lost ({ex.reason}); it resumes from its latest checkpoint",
+        )
+    if ex.exit_code == EXIT_SAVED_ON_NOTICE:
+        # Nobody here asked, but someone did (a node drain's SIGTERM, an operator): the job saved its
+        # progress and wants to go on, so it waits for GPUs like a preempted job instead of failing.
+        return Outcome(
+            "suspended",
+            "SUSPENDED",
+            "suspended",
+            f"the job saved and asked to be resumed (exit {EXIT_SAVED_ON_NOTICE})",
+        )
+    if ex.exit_code == 0:
+        return Outcome("completed", "SUCCEEDED", "succeeded", "completed (exit code 0)")
+    reason = f"{code}: {ex.reason}" if ex.reason and ex.reason != code else code
+    if hint:
+        reason += f". {hint}"
+    return Outcome("failed", "FAILED", "failed", reason)
+
+
+def instance_ended(
+    s: Session, job: JobRow, inst: InstanceRow, ex: Exit, outcome: Outcome, now: float
+) -> None:
+    inst.ended_at, inst.exit_code, inst.end_reason = now, ex.exit_code, outcome.end_reason
+    if inst.started_at is not None:
+        job.runtime_seconds += max(0.0, now - inst.started_at)
+    if job.current_instance_id == inst.id:
+        job.current_instance_id = None
+    if outcome.job_state == "SUSPENDED":
+        job.suspended_at = now
+        if outcome.end_reason == "preempted":
+            job.preemptions += 1
+    move(s, job, outcome.job_state, outcome.kind, f"instance {inst.id}: {outcome.reason}", now)
+    job.reason = outcome.reason
+
+
+def cancel_waiting(s: Session, job: JobRow, now: float) -> None:
+    move(
+        s,
+        job,
+        "CANCELLED",
+        "cancelled",
+        f"cancelled by {job.cancel_by or 'an admin'} before it ran again",
+        now,
+    )
+
+
+def reject(s: Session, job: JobRow, reason: str, now: float) -> None:
+    move(s, job, "FAILED", "rejected", f"cannot run on this cluster: {reason}", now)
+
+
+def checkpoint_seen(s: Session, job: JobRow, ckpt: Checkpoint, now: float) -> None:
+    job.latest_checkpoint, job.latest_checkpoint_at = ckpt.path, ckpt.at
+    s.add(
+        EventRow(
+            job_id=job.id,
+            at=now,
+            kind="checkpoint",
+            from_state=job.state,
+            to_state=job.state,
+            reason=f"latest checkpoint {ckpt.path}",
+            actor=CONTROLLER,
+        )
+    )

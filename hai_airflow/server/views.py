@@ -1,0 +1,96 @@
+"""Store rows turned into the API's view models."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from hai_airflow.server.snapshot import placement_from_json
+from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
+from hai_airflow.spec import (
+    EventView,
+    InstanceView,
+    JobDetailView,
+    JobView,
+    WorkerPlacementView,
+    priority_class,
+)
+
+
+def when(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, tz=UTC)
+
+
+def _placement(text: str | None) -> tuple[WorkerPlacementView, ...]:
+    return tuple(WorkerPlacementView(node=w.node, gpus=w.gpus) for w in placement_from_json(text))
+
+
+def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str, object]:
+    runtime = row.runtime_seconds
+    if current is not None and current.started_at is not None and current.ended_at is None:
+        runtime += max(0.0, now - current.started_at)
+    return {
+        "id": row.id,
+        "task_name": row.task_name,
+        "mode": row.mode,
+        "user": row.user_name,
+        "group": row.group_name,
+        "state": row.state,
+        "priority": priority_class(row.max_schedule),
+        "max_schedule": row.max_schedule,
+        "gpus": row.workers * row.gpus_per_worker,
+        "gpu_type": row.gpu_type,
+        "workers": row.workers,
+        "spec": json.loads(row.spec),
+        "submitted_at": when(row.submitted_at),
+        "started_at": when(row.started_at),
+        "ended_at": when(row.ended_at),
+        "runtime_seconds": round(runtime, 3),
+        "preemptions": row.preemptions,
+        "instances": row.instance_count,
+        "latest_checkpoint": row.latest_checkpoint,
+        "latest_checkpoint_at": when(row.latest_checkpoint_at),
+        "placement": _placement(current.placement) if current is not None else (),
+        "reason": row.reason,
+        "client_key": row.client_key,
+        "model_id": row.model_id,
+        "project_id": row.project_id,
+    }
+
+
+def job_view(row: JobRow, current: InstanceRow | None, now: float) -> JobView:
+    return JobView.model_validate(job_fields(row, current, now))
+
+
+def event_view(e: EventRow) -> EventView:
+    return EventView(
+        id=e.id,
+        job_id=e.job_id,
+        at=when(e.at),  # type: ignore[arg-type]
+        kind=e.kind,
+        from_state=e.from_state,  # type: ignore[arg-type]
+        to_state=e.to_state,  # type: ignore[arg-type]
+        reason=e.reason,
+        actor=e.actor,
+    )
+
+
+def job_detail(row: JobRow, current: InstanceRow | None, events: list[EventRow], now: float) -> JobDetailView:
+    fields = job_fields(row, current, now)
+    fields["events"] = tuple(event_view(e) for e in events)
+    return JobDetailView.model_validate(fields)
+
+
+def instance_view(i: InstanceRow) -> InstanceView:
+    return InstanceView(
+        id=i.id,
+        job_id=i.job_id,
+        started_at=when(i.started_at),
+        ended_at=when(i.ended_at),
+        placement=_placement(i.placement),
+        exit_code=i.exit_code,
+        end_reason=i.end_reason,  # type: ignore[arg-type]
+        preempted_by=i.preempted_by,
+        resume=i.resume,
+        checkpoint=i.checkpoint,
+    )
