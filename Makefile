@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo bench up clean
+.PHONY: install provision test lint demo bench up clean
 
 install: $(STAMP)
 
@@ -13,7 +13,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[all,dev]'
 	@touch $(STAMP)
 
-test: install
+# Chromium, a Docker engine and a kube-apiserver for the outer test tiers (skipped where impossible).
+provision:
+	@bash .ci/provision
+
+test: install provision
 	$(PY) -m pytest
 
 lint: install

@@ -3,15 +3,26 @@
 # Started as `python -I -S supervisor.py EXIT_FILE COMMAND [COMBINED_LOG PREFIX]` in the worker's own
 # process group. It imports only the standard library, so it starts fast and keeps working after the
 # server that started it is gone; the exit file is how a restarted server learns the exit code.
+#
+# SIGTERM to the group reaches the shell too, and a non-interactive shell dies of it at once, while the
+# command it was waiting for (`python3 train.py`, `cd x && python3 train.py`) may handle it: save a
+# checkpoint, then exit 75. So the supervisor is a child subreaper: when the shell died of a signal, the
+# processes it leaves behind become the supervisor's children, and it waits for them all before it
+# reports, with the exit code one of them chose. A shell trap cannot do this without races: a signal
+# that comes between two commands would look like a clean exit, and one that comes while the shell
+# forks a command is lost in the child.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import select
 import signal
 import sys
 
 SHELL = "/bin/sh"
+PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 64 * 1024
 """A line longer than this goes to the combined log unfinished rather than growing without bound."""
 
@@ -24,22 +35,75 @@ def main(argv: list[str]) -> int:
     # how it ended. A handler (unlike SIG_IGN) is reset by exec, so the command keeps the defaults.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
+    _become_subreaper()
     pipe = os.pipe() if combined is not None else None
     pid = os.fork()
     if pid == 0:
         _exec_command(command, pipe)
+    ending = _Ending(pid)
     if pipe is None or combined is None:
-        _, status = os.waitpid(pid, 0)
+        code = ending.wait(block=True)
+        assert code is not None
     else:
         os.close(pipe[1])
-        status = _pump(pid, pipe[0], combined, prefix)
-    code = os.waitstatus_to_exitcode(status)
+        code = _pump(ending, pipe[0], combined, prefix)
     _write_atomically(exit_file, f"{code}\n")
     return code if code >= 0 else 128 - code
 
 
 def _ignore(signum: int, frame: object) -> None:
     pass
+
+
+def _become_subreaper() -> None:
+    """Adopt the processes the shell leaves behind (Linux); elsewhere the shell's own end is reported."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+class _Ending:
+    """How the command ended: the shell's exit, or, when the shell died of a signal, what it left running.
+
+    Once the shell died of a signal, every child the supervisor still has is a process the shell left
+    behind, and the worker ends when the last of them has: with the last nonzero exit code one of them
+    chose (75: saved on notice), else 0 if one exited cleanly, else the shell's signal.
+    """
+
+    def __init__(self, shell: int) -> None:
+        self.shell = shell
+        self.shell_code: int | None = None
+        self.left_behind: list[int] = []
+
+    def wait(self, block: bool) -> int | None:
+        """Reap what has ended; the worker's exit code once it has ended, else None (only if not `block`)."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return self._code()
+            if pid == 0:
+                return None
+            code = os.waitstatus_to_exitcode(status)
+            if pid == self.shell:
+                self.shell_code = code
+                if code >= 0:
+                    # A shell that ended by itself has waited for its command; what it left in the
+                    # background is the backend's to kill.
+                    return code
+            elif self.shell_code is not None or self._shell_is_gone():
+                self.left_behind.append(code)
+
+    def _shell_is_gone(self) -> bool:
+        """True once the shell has exited (reaped or not): a child reaped now was left behind by it."""
+        try:
+            return os.waitid(os.P_PID, self.shell, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:
+            return True
+
+    def _code(self) -> int:
+        assert self.shell_code is not None, "the shell is the supervisor's child until reaped"
+        chosen = [c for c in self.left_behind if c > 0] or [c for c in self.left_behind if c == 0]
+        return chosen[-1] if chosen else self.shell_code
 
 
 def _exec_command(command: str, pipe: tuple[int, int] | None) -> None:
@@ -57,15 +121,15 @@ def _exec_command(command: str, pipe: tuple[int, int] | None) -> None:
         os._exit(127)
 
 
-def _pump(pid: int, fd: int, combined_path: str, prefix: bytes) -> int:
+def _pump(ending: _Ending, fd: int, combined_path: str, prefix: bytes) -> int:
     """Copy the command's output to our stdout (the worker log) and, line by line, to the combined log."""
     combined = os.open(combined_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     pending = b""
-    status: int | None = None
+    code: int | None = None
     while True:
-        # Once the command has exited, only drain what is already there: a background process it left
+        # Once the command has ended, only drain what is already there: a background process it left
         # behind may hold the pipe open forever.
-        ready = select.select([fd], [], [], 0.2 if status is None else 0)[0]
+        ready = select.select([fd], [], [], 0.2 if code is None else 0)[0]
         if ready:
             data = os.read(fd, 65536)
             if not data:
@@ -74,17 +138,16 @@ def _pump(pid: int, fd: int, combined_path: str, prefix: bytes) -> int:
             lines, pending = _split_lines(pending + data)
             if lines:
                 _write_all(combined, b"".join(prefix + line for line in lines))
-        if status is None:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = st
-        if status is not None and not ready:
+        if code is None:
+            code = ending.wait(block=False)
+        if code is not None and not ready:
             break
     if pending:
         _write_all(combined, prefix + pending + b"\n")
-    if status is None:
-        _, status = os.waitpid(pid, 0)
-    return status
+    if code is None:
+        code = ending.wait(block=True)
+        assert code is not None
+    return code
 
 
 def _split_lines(buf: bytes) -> tuple[list[bytes], bytes]:

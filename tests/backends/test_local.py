@@ -111,6 +111,56 @@ def test_elastic_stop_writes_the_notice_and_a_clean_exit_in_grace_counts(cluster
     assert json.loads(notice.read_text())["grace_seconds"] == 5
 
 
+SAVES_ON_SIGTERM = """
+import pathlib, signal, sys, time
+
+def save_and_leave(signum, frame):
+    time.sleep(1)  # a checkpoint being written
+    pathlib.Path("saved.ckpt").write_text("weights")
+    sys.exit(75)
+
+signal.signal(signal.SIGTERM, save_and_leave)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("cmd", "where"),
+    [
+        pytest.param("python3 save.py", ".", id="plain command"),
+        pytest.param("cd job && python3 save.py", "job", id="cd then the command"),
+    ],
+)
+def test_elastic_stop_lets_a_command_run_by_the_shell_save_and_records_its_exit_75(
+    cluster: Cluster, cmd: str, where: str
+) -> None:
+    code = cluster.code / where
+    code.mkdir(exist_ok=True)
+    (code / "save.py").write_text(SAVES_ON_SIGTERM)
+    h = cluster.start(cmd, elastic=True)
+    wait_for_log(cluster, h.instance_id, "ready")
+    t0 = time.monotonic()
+    cluster.backend.stop(h.instance_id, grace_seconds=10, notice=True)
+    time.sleep(0.5)
+    assert cluster.backend.poll() == [], "the worker was reported ended while its command was saving"
+    ended = cluster.wait(h.instance_id, timeout=5)
+    assert time.monotonic() - t0 >= 1
+    assert (ended.exit_code, ended.reason) == (75, "exit code 75")
+    assert (code / "saved.ckpt").read_text() == "weights"
+    exit_file = cluster.tmp / "instance-1" / "worker0.exit"
+    assert exit_file.read_text().strip() == "75"
+
+
+def test_a_command_that_dies_of_sigterm_is_still_reported_killed_by_it(cluster: Cluster) -> None:
+    h = cluster.start("cd . && echo ready && sleep 30; echo never")
+    wait_for_log(cluster, h.instance_id, "ready")
+    cluster.backend.stop(h.instance_id, grace_seconds=5, notice=True)
+    ended = cluster.wait(h.instance_id, timeout=2)
+    assert (ended.exit_code, ended.reason) == (-15, "killed by signal 15")
+    assert "never" not in cluster.backend.read_log(h.instance_id), "the shell went on after SIGTERM"
+
+
 def test_job_ignoring_sigterm_is_killed_after_the_grace(cluster: Cluster) -> None:
     h = cluster.start("trap '' TERM; echo ready; sleep 30")
     wait_for_log(cluster, h.instance_id, "ready")

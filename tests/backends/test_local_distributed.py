@@ -81,6 +81,36 @@ def test_stopping_a_distributed_instance_kills_every_worker(cluster: Cluster) ->
     assert all(not procs.is_alive(w["pid"], w["start_time"]) for w in h.data["workers"])
 
 
+SAVES_ON_SIGTERM = """
+import os, signal, sys, time
+
+def save_and_leave(signum, frame):
+    time.sleep(0.5)  # a checkpoint being written
+    print("saved by rank", os.environ["RANK"], flush=True)
+    sys.exit(75)
+
+signal.signal(signal.SIGTERM, save_and_leave)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_elastic_stop_lets_every_worker_save_and_log_before_the_instance_exits_75(
+    cluster: Cluster,
+) -> None:
+    (cluster.code / "save.py").write_text(SAVES_ON_SIGTERM)
+    h = cluster.start("python3 save.py", mode="distributed", gpus=((0,), (1,)), elastic=True)
+    deadline = time.monotonic() + 5
+    while cluster.backend.read_log(h.instance_id).count("ready") < 2:
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.02)
+    cluster.backend.stop(h.instance_id, grace_seconds=10, notice=True)
+    ended = cluster.wait(h.instance_id, timeout=5)
+    assert (ended.exit_code, ended.reason) == (75, "exit code 75")
+    combined = cluster.backend.read_log(h.instance_id)
+    assert "[worker 0] saved by rank 0" in combined and "[worker 1] saved by rank 1" in combined
+
+
 @pytest.mark.skipif(shutil.which("mpirun") is not None, reason="checks the error when mpirun is absent")
 def test_mpirun_launcher_without_mpirun_is_a_start_error(cluster: Cluster) -> None:
     backend = cluster.new_backend(launcher="mpirun")

@@ -88,8 +88,9 @@ def test_metrics_need_no_token_and_label_routes_by_template(api: Api) -> None:
     api.get("/jobs/12345")
     api.http.get("/no/such/path")
     m = scrape(api)
-    assert value(m, "hai_api_request_duration_seconds_count", route="/api/v1/jobs/{job_id}", method="GET") == 1
-    assert value(m, "hai_api_request_duration_seconds_count", route="unmatched", method="GET") == 1
+    count = "hai_api_request_duration_seconds_count"
+    assert value(m, count, route="/api/v1/jobs/{job_id}", method="GET") == 1
+    assert value(m, count, route="unmatched", method="GET") == 1
     assert value(m, "hai_gpus_free", gpu_type="V100") == 8
     assert value(m, "hai_controller_lease_holder", holder=api.ctx.holder_id) == 0
     assert value(m, "hai_suspensions_total", reason="preempted") is None

@@ -1,0 +1,401 @@
+"""The docker backend: one container per worker on one Docker engine, found again by its labels."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.models.containers import Container
+from docker.types import DeviceRequest
+
+from hai_airflow.backends import docker_config as cfg
+from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.docker_logs import last_lines, merge, worker_prefix
+from hai_airflow.backends.gitcode import CheckoutError, checkout
+from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.workerenv import WorkerSlot
+from hai_airflow.scheduling.model import Node
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Instance:
+    """An instance this backend watches: its containers in rank order and where its log goes."""
+
+    instance_id: int
+    containers: list[str]
+    network: str | None
+    log_path: Path
+    notice: Path
+    stopping: bool = False
+    """The platform asked it to stop (suspend or cancel)."""
+    culprit: int | None = None
+    """Rank of the worker whose failure, before any stop request, ended the gang."""
+
+    def handle(self) -> Handle:
+        return Handle(
+            self.instance_id,
+            {
+                "backend": DockerBackend.name,
+                "containers": list(self.containers),
+                "network": self.network,
+                "log_path": str(self.log_path),
+                "notice": str(self.notice),
+            },
+        )
+
+    @classmethod
+    def from_handle(cls, handle: Handle) -> _Instance:
+        data = handle.data
+        if data.get("backend") != DockerBackend.name:
+            raise ValueError(f"it belongs to the {data.get('backend')!r} backend")
+        return cls(
+            handle.instance_id,
+            list(data["containers"]),
+            data.get("network"),
+            Path(data["log_path"]),
+            Path(data["notice"]),
+        )
+
+
+class DockerBackend:
+    """Runs instances as containers of one engine; `poll` reports those whose workers have all exited."""
+
+    name = "docker"
+
+    def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
+        self.options = cfg.DockerOptions.model_validate(dict(options or {}))
+        timeout = self.options.api_timeout_seconds
+        try:
+            if self.options.docker_host:
+                self.client = docker.DockerClient(base_url=self.options.docker_host, timeout=timeout)
+            else:
+                self.client = docker.from_env(timeout=timeout)
+            info = self.client.info()
+            self.host = str(info.get("Name") or self.options.docker_host or "localhost")
+            self.host_cpus = float(info.get("NCPU") or 0)
+        except DockerException as e:
+            raise RuntimeError(
+                f"cannot reach the Docker engine ({self.options.docker_host or 'DOCKER_HOST'}): {e}. "
+                "Start dockerd or set [backend] docker_host."
+            ) from e
+        self._lock = threading.Lock()
+        self._instances: dict[int, _Instance] = {}
+        self._ended_logs: dict[int, Path] = {}
+
+    # ---- inventory --------------------------------------------------------------------------------
+
+    def inventory(self) -> list[Node] | None:
+        """The engine reports no GPUs: nodes come from the server's [[nodes]] configuration."""
+        return None
+
+    # ---- start ------------------------------------------------------------------------------------
+
+    def start(self, launch: Launch) -> Handle:
+        image = cfg.image_of(launch)
+        try:
+            self.client.images.get(image)
+        except ImageNotFound:
+            # Never pull: an image that is not there is a mistake to fix, not a download to wait for.
+            raise StartError(
+                f"image {image} is not present on host {self.host}; build or load it first"
+            ) from None
+        if launch.spec.code_src == "git":
+            try:
+                checkout(launch.spec.code_path, launch.spec.git_branch, Path(cfg.code_dir(launch)))
+            except CheckoutError as e:
+                raise StartError(str(e)) from None
+        launch.work_dir.mkdir(parents=True, exist_ok=True)
+        notice = cfg.notice_path(launch)
+        notice.unlink(missing_ok=True)
+        slots = cfg.slots_of(launch)
+        network = cfg.network_name(launch.instance_id) if cfg.uses_bridge(launch, self.options) else None
+        names = [cfg.container_name(launch.instance_id, s.rank) for s in slots]
+        # A retried start of the same instance must not trip over what an earlier attempt left.
+        self._remove(names, network)
+        try:
+            if network:
+                self.client.networks.create(
+                    network, driver="bridge", labels={cfg.LABEL_OWNER: self.options.owner}
+                )
+            containers = [self._create(launch, slot) for slot in slots]
+            for c in containers:
+                c.start()
+        except (APIError, DockerException) as e:
+            self._remove(names, network)
+            why = _explain(e)
+            if "device driver" in why:
+                why += (
+                    "; the engine cannot pass GPUs: install the NVIDIA Container Toolkit on "
+                    f"{self.host} or set [backend] virtual_gpus = true"
+                )
+            raise StartError(f"the Docker engine on {self.host} refused it: {why}") from None
+        inst = _Instance(launch.instance_id, names, network, launch.log_path, notice)
+        with self._lock:
+            self._instances[inst.instance_id] = inst
+        return inst.handle()
+
+    def _create(self, launch: Launch, slot: WorkerSlot) -> Container:
+        kwargs = cfg.create_kwargs(launch, slot, self.options)
+        if self.host_cpus and kwargs.get("nano_cpus", 0) > self.host_cpus * 1e9:
+            # The engine refuses a CPU limit above the machine's (virtual nodes may promise more).
+            kwargs["nano_cpus"] = int(self.host_cpus * 1e9)
+        if slot.gpus and not self.options.virtual_gpus:
+            kwargs["device_requests"] = [
+                DeviceRequest(device_ids=[str(g) for g in slot.gpus], capabilities=[["gpu"]])
+            ]
+        return self.client.containers.create(**kwargs)
+
+    # ---- stop -------------------------------------------------------------------------------------
+
+    def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                return
+            inst.stopping = True
+        if notice:
+            cfg.write_notice(inst.notice, instance_id, grace_seconds)
+        for name in inst.containers:
+            if grace_seconds > 0:
+                # The engine sends SIGTERM now and SIGKILL after the grace, even if this server stops
+                # meanwhile; a thread keeps the controller from waiting out the grace.
+                threading.Thread(
+                    target=self._quietly, args=(name, "stop", grace_seconds), daemon=True
+                ).start()
+            else:
+                self._quietly(name, "kill", 0)
+
+    def _quietly(self, name: str, action: str, grace: int) -> None:
+        # A container that already exited (or was removed) is stopped enough.
+        with contextlib.suppress(NotFound, APIError):
+            c = self.client.containers.get(name)
+            if action == "stop":
+                c.stop(timeout=grace)
+            else:
+                c.kill(signal=signal.SIGKILL.name)
+
+    # ---- exits ------------------------------------------------------------------------------------
+
+    def poll(self) -> list[Exit]:
+        with self._lock:
+            tracked = list(self._instances.values())
+        if not tracked:
+            return []
+        states = self._states()
+        exits = []
+        for inst in tracked:
+            ended = self._check(inst, states)
+            if ended is not None:
+                exits.append(ended)
+        return exits
+
+    def _states(self) -> dict[str, str]:
+        """Container name -> state ("running", "exited", ...) of every container this server owns."""
+        listed = self.client.containers.list(
+            all=True, sparse=True, filters={"label": f"{cfg.LABEL_OWNER}={self.options.owner}"}
+        )
+        return {c.attrs["Names"][0].lstrip("/"): c.attrs.get("State", "") for c in listed}
+
+    def _check(self, inst: _Instance, states: Mapping[str, str]) -> Exit | None:
+        present = [n for n in inst.containers if n in states]
+        if not present:
+            self._forget(inst)
+            return Exit(inst.instance_id, None, "its containers were removed outside hai", lost=True)
+        # "created" counts as ended only when the rest has ended too (a worker that never started).
+        running = [n for n in present if states[n] in ("running", "restarting", "paused")]
+        if running:
+            if inst.culprit is None and not inst.stopping:
+                failed = [n for n in present if states[n] == "exited" and self._exit_code(n) != 0]
+                if failed:
+                    # One failed worker dooms a gang: the others would wait for it in a collective.
+                    inst.culprit = inst.containers.index(failed[0])
+                    for name in running:
+                        self._quietly(name, "kill", 0)
+            return None
+        return self._finish(inst, states)
+
+    def _exit_code(self, name: str) -> int | None:
+        try:
+            state = self.client.api.inspect_container(name)["State"]
+        except NotFound:
+            return None
+        return int(state.get("ExitCode", 0))
+
+    def _finish(self, inst: _Instance, states: Mapping[str, str]) -> Exit:
+        codes: list[int | None] = []
+        oom = False
+        for name in inst.containers:
+            try:
+                state = self.client.api.inspect_container(name)["State"]
+            except NotFound:
+                codes.append(None)
+                continue
+            codes.append(int(state.get("ExitCode", 0)))
+            oom = oom or bool(state.get("OOMKilled"))
+        self._keep_log(inst)
+        self._remove(inst.containers, inst.network)
+        self._forget(inst)
+        return Exit(inst.instance_id, *_outcome(codes, oom, inst.stopping, inst.culprit))
+
+    def _keep_log(self, inst: _Instance) -> None:
+        try:
+            text = self._merged_log(inst)
+        except DockerException as e:
+            text = f"[hai] the container logs could not be read: {e}\n"
+        inst.log_path.parent.mkdir(parents=True, exist_ok=True)
+        inst.log_path.write_text(text, encoding="utf-8")
+
+    def _forget(self, inst: _Instance) -> None:
+        with self._lock:
+            self._instances.pop(inst.instance_id, None)
+            self._ended_logs[inst.instance_id] = inst.log_path
+
+    def _remove(self, names: list[str], network: str | None) -> None:
+        for name in names:
+            with contextlib.suppress(NotFound):
+                self.client.api.remove_container(name, force=True)
+        if network:
+            with contextlib.suppress(NotFound):
+                self.client.api.remove_network(network)
+
+    # ---- restart ----------------------------------------------------------------------------------
+
+    def reattach(self, handles: list[Handle]) -> list[Exit]:
+        """Adopt instances whose containers exist (their exits come from `poll`); remove unknown ones."""
+        states = self._states()
+        exits = []
+        known: set[str] = set()
+        for handle in handles:
+            try:
+                inst = _Instance.from_handle(handle)
+            except (KeyError, TypeError, ValueError) as e:
+                reason = f"the docker backend cannot read the instance's handle ({e!r})"
+                exits.append(Exit(handle.instance_id, None, reason, lost=True))
+                continue
+            known.update(inst.containers)
+            if not any(n in states for n in inst.containers):
+                self._remove([], inst.network)
+                exits.append(
+                    Exit(inst.instance_id, None, "its containers are gone after a restart", lost=True)
+                )
+                self._ended_logs[inst.instance_id] = inst.log_path
+                continue
+            with self._lock:
+                self._instances[inst.instance_id] = inst
+        for name in sorted(set(states) - known):
+            # Started by this server but never recorded (it died in between): the job will be requeued,
+            # so this copy must not keep running beside the new one.
+            log.warning("removing container %s: no instance of this server owns it", name)
+            self._remove([name], None)
+        return exits
+
+    # ---- logs -------------------------------------------------------------------------------------
+
+    def _merged_log(self, inst: _Instance) -> str:
+        raw = []
+        for name in inst.containers:
+            try:
+                raw.append(self.client.api.logs(name, stdout=True, stderr=True, timestamps=True))
+            except NotFound:
+                raw.append(b"")
+        return merge(raw)
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            ended = self._ended_logs.get(instance_id)
+        if inst is not None:
+            with contextlib.suppress(DockerException):
+                return last_lines(self._merged_log(inst), tail)
+            ended = inst.log_path
+        if ended is None:
+            raise KeyError(f"instance {instance_id} is not known to the docker backend")
+        return read_tail(ended, tail)
+
+    def follow_log(self, instance_id: int) -> Iterator[str]:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            ended = self._ended_logs.get(instance_id)
+        if inst is not None:
+            return self._follow(inst)
+        if ended is None:
+            raise KeyError(f"instance {instance_id} is not known to the docker backend")
+        return iter([read_tail(ended)])
+
+    def _follow(self, inst: _Instance) -> Iterator[str]:
+        chunks: queue.Queue[str | None] = queue.Queue()
+        workers = len(inst.containers)
+        for rank, name in enumerate(inst.containers):
+            threading.Thread(
+                target=self._pump, args=(name, worker_prefix(rank, workers), chunks), daemon=True
+            ).start()
+        done = 0
+        while done < workers:
+            chunk = chunks.get()
+            if chunk is None:
+                done += 1
+            else:
+                yield chunk
+
+    def _pump(self, name: str, prefix: str, out: queue.Queue[str | None]) -> None:
+        try:
+            stream = self.client.api.logs(name, stdout=True, stderr=True, stream=True, follow=True)
+            pending = ""
+            for data in stream:
+                head, sep, pending = (pending + data.decode("utf-8", errors="replace")).rpartition("\n")
+                if sep:
+                    out.put("".join(prefix + line + "\n" for line in head.split("\n")))
+            if pending:
+                out.put(prefix + pending + "\n")
+        except DockerException:
+            pass
+        finally:
+            out.put(None)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _outcome(
+    codes: list[int | None], oom: bool, stopped: bool, culprit: int | None
+) -> tuple[int | None, str]:
+    """The instance's exit code (the failed worker's, else the first failing one's, else 0) and its words."""
+    if all(c is None for c in codes):
+        return None, "its containers disappeared before their exit code was read"
+    failing = [rank for rank, c in enumerate(codes) if c]
+    rank = culprit if culprit is not None else (failing[0] if failing else 0)
+    code = codes[rank]
+    words = _describe(code, oom)
+    if stopped and culprit is None:
+        return code, f"stopped by the platform: {words}" if code else words
+    if len(codes) > 1 and code:
+        return code, f"worker {rank} failed: {words}"
+    return code, words
+
+
+def _describe(code: int | None, oom: bool) -> str:
+    if code is None:
+        return "no exit code"
+    if oom:
+        return f"killed for exceeding its memory limit (exit code {code})"
+    if code == 0:
+        return "completed"
+    if code > 128:
+        return f"killed by signal {code - 128} (exit code {code})"
+    return f"exit code {code}"
+
+
+def _explain(e: Exception) -> str:
+    explanation = getattr(e, "explanation", None)
+    return str(explanation or e)

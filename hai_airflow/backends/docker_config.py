@@ -1,0 +1,191 @@
+"""Docker backend settings and the container of each worker, as pure functions of a Launch."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.backends.base import Launch
+from hai_airflow.backends.workerenv import WorkerSlot, worker_env, worker_slots
+from hai_airflow.scheduling.model import WorkerPlacement
+from hai_airflow.spec import DistributedJobSpec
+
+LABEL_OWNER = "hai.owner"
+LABEL_JOB = "hai.job-id"
+LABEL_INSTANCE = "hai.instance-id"
+LABEL_WORKER = "hai.worker"
+NOTICE_NAME = "preempt-notice"
+MASTER_PORT = 29500
+TRAP_TERM = "trap 'exit $?' TERM INT HUP\n"
+"""Prefix of every command: the shell outlives SIGTERM until its command has exited (see `command`)."""
+
+
+class DockerOptions(BaseModel):
+    """The `[backend]` table of `hai serve` for `backend = "docker"`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    docker_host: str | None = Field(
+        default=None,
+        description="Engine URL (unix:///var/run/docker.sock, tcp://...); default: DOCKER_HOST, else the "
+        "local socket.",
+    )
+    virtual_gpus: bool = Field(
+        default=False, description="Virtual nodes: jobs see CUDA_VISIBLE_DEVICES only, no GPU is passed in."
+    )
+    network: str | None = Field(
+        default=None, description="Network of CPU and standalone containers; default: the engine's."
+    )
+    distributed_network: Literal["bridge", "host"] = Field(
+        default="bridge",
+        description="bridge: a user-defined network per instance, rank 0 found by its container name; "
+        "host: the host's network, rank 0 at 127.0.0.1 (where user-defined networks are unavailable).",
+    )
+    owner: str = Field(
+        default="hai",
+        min_length=1,
+        description="Label value marking this server's containers; a restarted server adopts these only.",
+    )
+    api_timeout_seconds: int = Field(default=120, gt=0, description="Limit for one call to the engine.")
+
+
+def image_of(launch: Launch) -> str:
+    """The image every worker runs: the worker image of a distributed job, else the job's image."""
+    spec = launch.spec
+    if isinstance(spec, DistributedJobSpec) and spec.worker_image:
+        return spec.worker_image
+    return spec.image
+
+
+def container_name(instance_id: int, rank: int) -> str:
+    return f"hai-{instance_id}-w{rank}"
+
+
+def network_name(instance_id: int) -> str:
+    return f"hai-{instance_id}"
+
+
+def notice_path(launch: Launch) -> Path:
+    """The notice file an elastic job watches; the server may name it, else it lives in the work dir."""
+    named = launch.env.get("HAI_PREEMPT_NOTICE")
+    return Path(named) if named else launch.work_dir / NOTICE_NAME
+
+
+def code_dir(launch: Launch) -> str:
+    """Where the job starts: the NAS code path, or the checkout the backend makes in the work dir."""
+    if launch.spec.code_src == "git":
+        return str(launch.work_dir / "code")
+    return launch.spec.code_path
+
+
+def command(cmd: str) -> list[str]:
+    """The worker's argv.
+
+    The engine's init (tini) sends SIGTERM to the whole process group, so an elastic job's training
+    process gets it directly. Without the trap the `sh -c` parent would die at once, the container's
+    init would follow and take the still-saving process with it; with it the shell waits and then
+    exits with the command's own status.
+    """
+    return ["/bin/sh", "-c", TRAP_TERM + cmd]
+
+
+def uses_bridge(launch: Launch, opts: DockerOptions) -> bool:
+    return isinstance(launch.spec, DistributedJobSpec) and opts.distributed_network == "bridge"
+
+
+def master_addr_port(launch: Launch, opts: DockerOptions) -> tuple[str, int]:
+    """Where rank 0 listens for the torch.distributed / Horovod rendezvous."""
+    if uses_bridge(launch, opts):
+        # Each container has its own network namespace, so the standard port never collides.
+        return container_name(launch.instance_id, 0), MASTER_PORT
+    # On the host network instances share ports: spread them by instance id.
+    return "127.0.0.1", 20000 + launch.instance_id % 10000
+
+
+def mounts(launch: Launch) -> dict[str, dict[str, str]]:
+    """Bind mounts at the same path inside as outside, so every path in the job's env is valid in both."""
+    paths = [str(launch.work_dir)]
+    if launch.spec.code_src == "nas":
+        paths.append(launch.spec.code_path)
+    # The server resolves the model and checkpoint dirs (they default to a place under $HAI_HOME).
+    paths += [launch.env[k] for k in ("HAI_MODEL_DIR", "HAI_CHECKPOINT_DIR") if launch.env.get(k)]
+    if launch.spec.model_dir and Path(launch.spec.model_dir).is_absolute():
+        paths.append(launch.spec.model_dir)
+    paths += [launch.storages[i] for i in launch.spec.project_storage if i in launch.storages]
+    return {p: {"bind": p, "mode": "rw"} for p in dict.fromkeys(paths)}
+
+
+def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict[str, str]:
+    """Section 4 variables, the job's own `env`, then this worker's rank variables (as the local backend)."""
+    distributed = isinstance(launch.spec, DistributedJobSpec)
+    addr, port = master_addr_port(launch, opts)
+    env = {**launch.env, **launch.spec.env}
+    env |= worker_env(slot, len(launch.placement), distributed, port)
+    if distributed:
+        env["MASTER_ADDR"] = addr
+    if slot.gpus and not opts.virtual_gpus:
+        # The engine passes only the placement's GPUs, which the container numbers from 0.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
+    env["HAI_PREEMPT_NOTICE"] = str(notice_path(launch))
+    # docker-init (tini) forwards signals to the command's process group, not only to the shell.
+    env["TINI_KILL_PROCESS_GROUP"] = "1"
+    return env
+
+
+def labels(launch: Launch, rank: int, opts: DockerOptions) -> dict[str, str]:
+    return {
+        LABEL_OWNER: opts.owner,
+        LABEL_JOB: str(launch.job_id),
+        LABEL_INSTANCE: str(launch.instance_id),
+        LABEL_WORKER: str(rank),
+    }
+
+
+def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict[str, Any]:
+    """Keyword arguments of `containers.create` for one worker (device requests excluded)."""
+    worker = launch.placement[slot.rank] if launch.placement else WorkerPlacement(node="docker", gpus=())
+    kwargs: dict[str, Any] = {
+        "image": image_of(launch),
+        "command": command(launch.spec.cmd),
+        "name": container_name(launch.instance_id, slot.rank),
+        "hostname": container_name(launch.instance_id, slot.rank),
+        "working_dir": code_dir(launch),
+        "environment": environment(launch, slot, opts),
+        "labels": labels(launch, slot.rank, opts),
+        "volumes": mounts(launch),
+        "init": True,
+        "detach": True,
+    }
+    if launch.spec.shm:
+        kwargs["shm_size"] = f"{launch.spec.shm}m"
+    if worker.cpus > 0:
+        kwargs["nano_cpus"] = int(worker.cpus * 1e9)
+    if worker.memory_gb > 0:
+        kwargs["mem_limit"] = int(worker.memory_gb * 1024**3)
+    if isinstance(launch.spec, DistributedJobSpec):
+        kwargs["network"] = network_name(launch.instance_id) if uses_bridge(launch, opts) else "host"
+        if not uses_bridge(launch, opts):
+            del kwargs["hostname"]  # the host network keeps the host's name
+    elif opts.network:
+        kwargs["network"] = opts.network
+    return kwargs
+
+
+def slots_of(launch: Launch) -> list[WorkerSlot]:
+    # A CPU job may come without a placement: it is one worker holding no GPU.
+    return worker_slots(launch.placement or (WorkerPlacement(node="docker", gpus=()),))
+
+
+def write_notice(path: Path, instance_id: int, grace_seconds: int) -> None:
+    """Create the preemption notice atomically (same content as the local backend's)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.time() + grace_seconds
+    body = {"instance_id": instance_id, "grace_seconds": grace_seconds, "deadline": deadline}
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(body) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,471 @@
+"""Kubernetes objects of an instance (worker pods, headless Service, MPIJob) and the server's RBAC."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.backends.base import Launch
+from hai_airflow.backends.workerenv import WorkerSlot, worker_env, worker_slots
+from hai_airflow.scheduling.model import WorkerPlacement
+from hai_airflow.spec import DistributedJobSpec
+
+LABEL_OWNER = "hai.io/owner"
+LABEL_JOB = "hai.io/job-id"
+LABEL_INSTANCE = "hai.io/instance-id"
+LABEL_WORKER = "hai.io/worker"
+ANNOTATION_TASK = "hai.io/task-name"
+ANNOTATION_NODE = "hai.io/planned-node"
+ANNOTATION_STOP = "hai.io/stop-requested"
+MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
+MPI_GROUP, MPI_VERSION, MPI_PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
+GPU_RESOURCE = "nvidia.com/gpu"
+MAIN = "job"
+"""Name of the container that runs the job's command in every pod."""
+RUN_DIR = "/hai/run"
+NOTICE_PATH = f"{RUN_DIR}/preempt-notice"
+GIT_DIR = "/hai/code"
+MASTER_PORT = 29500
+
+
+class KubernetesOptions(BaseModel):
+    """The `[backend]` table of `hai serve` for `backend = "kubernetes"`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field(default="default", description="Namespace of every pod, Service and MPIJob.")
+    kubeconfig: str | None = Field(
+        default=None, description="kubeconfig file; default: in-cluster config, else ~/.kube/config."
+    )
+    context: str | None = Field(default=None, description="kubeconfig context; default: the current one.")
+    owner: str = Field(
+        default="hai",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,30}[a-z0-9])?$",
+        description="Label value and name prefix of this server's objects; a restarted server adopts these.",
+    )
+    pin: Literal["affinity", "node_name"] = Field(
+        default="affinity",
+        description="affinity: required node affinity to the planned node (the kube-scheduler binds); "
+        "node_name: spec.nodeName (the planner alone decides, bypassing the kube-scheduler).",
+    )
+    gpu_type_label: str = Field(
+        default="hai.io/gpu-type",
+        description="Node label holding the GPU type (V100, A100...); "
+        "nvidia.com/gpu.product is read when it is missing.",
+    )
+    virtual_gpus: bool = Field(
+        default=False, description="Request no nvidia.com/gpu; jobs only see CUDA_VISIBLE_DEVICES."
+    )
+    nas_pvc: str | None = Field(
+        default=None,
+        description="ReadWriteMany PVC holding the NAS (code paths, model dirs, $HAI_HOME), mounted in "
+        "every job pod at nas_mount_path; the hai server must mount it at the same path.",
+    )
+    nas_mount_path: str = Field(default="/nas", description="Where nas_pvc is mounted, in pods and server.")
+    storage_mount_root: str = Field(
+        default="/mnt/storage", description="Project storage PVC <id> is mounted at <root>/<id>."
+    )
+    git_image: str = Field(
+        default="alpine/git:2.45.2", description="Image of the init container that clones git code."
+    )
+    mpi_operator: Literal["auto", "always", "never"] = Field(
+        default="auto",
+        description="Distributed jobs as Kubeflow MPIJobs: auto = when the MPIJob CRD is installed.",
+    )
+    mpi_launcher_cpus: float = Field(default=1, gt=0, description="CPU cores of the MPIJob launcher.")
+    start_timeout_seconds: float = Field(
+        default=300,
+        gt=0,
+        description="All workers of an instance must be Running within this time, else it is torn down.",
+    )
+    service_account: str | None = Field(default=None, description="Service account of job pods.")
+    image_pull_secrets: tuple[str, ...] = Field(default=(), description="Pull secrets of job pods.")
+
+
+# ---- names ---------------------------------------------------------------------------------------
+
+
+def instance_name(opts: KubernetesOptions, instance_id: int) -> str:
+    """Name of the instance's Service or MPIJob."""
+    return f"{opts.owner}-{instance_id}"
+
+
+def pod_name(opts: KubernetesOptions, instance_id: int, rank: int) -> str:
+    return f"{opts.owner}-{instance_id}-w{rank}"
+
+
+def instance_labels(opts: KubernetesOptions, launch: Launch) -> dict[str, str]:
+    return {
+        LABEL_OWNER: opts.owner,
+        LABEL_JOB: str(launch.job_id),
+        LABEL_INSTANCE: str(launch.instance_id),
+    }
+
+
+def instance_selector(opts: KubernetesOptions, instance_id: int | None = None) -> str:
+    selector = f"{LABEL_OWNER}={opts.owner}"
+    return selector if instance_id is None else f"{selector},{LABEL_INSTANCE}={instance_id}"
+
+
+def _annotations(launch: Launch, node: str | None) -> dict[str, str]:
+    out = {ANNOTATION_TASK: launch.spec.task_name}
+    if node:
+        out[ANNOTATION_NODE] = node
+    return out
+
+
+# ---- the pieces of a pod ---------------------------------------------------------------------------
+
+
+def slots(launch: Launch) -> list[WorkerSlot]:
+    # A CPU job may come without a placement: one worker holding no GPU, wherever it fits.
+    return worker_slots(launch.placement or (WorkerPlacement(node="", gpus=()),))
+
+
+def is_distributed(launch: Launch) -> bool:
+    return isinstance(launch.spec, DistributedJobSpec)
+
+
+def image_of(launch: Launch) -> str:
+    spec = launch.spec
+    if isinstance(spec, DistributedJobSpec) and spec.worker_image:
+        return spec.worker_image
+    return spec.image
+
+
+def _storage_path(opts: KubernetesOptions, storage_id: int) -> str:
+    return f"{opts.storage_mount_root.rstrip('/')}/{storage_id}"
+
+
+def environment(
+    launch: Launch, slot: WorkerSlot, opts: KubernetesOptions, master_addr: str
+) -> dict[str, str]:
+    """Section 4 variables, the job's `env`, the worker's ranks; paths rewritten to the pod's view."""
+    env = {**launch.env, **launch.spec.env}
+    env |= worker_env(slot, max(1, len(launch.placement)), is_distributed(launch), MASTER_PORT)
+    if is_distributed(launch):
+        env["MASTER_ADDR"] = master_addr
+    if slot.gpus and not opts.virtual_gpus:
+        # The device plugin decides which GPUs the pod gets; inside, they are numbered from 0.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
+    # No exec into pods: an elastic pod's preStop hook creates the notice here, then SIGTERM follows.
+    env["HAI_PREEMPT_NOTICE"] = NOTICE_PATH
+    for storage_id in launch.spec.project_storage:
+        if storage_id in launch.storages:
+            env[f"HAI_PROJECT_STORAGE_{storage_id}"] = _storage_path(opts, storage_id)
+    return env
+
+
+def _resources(worker: WorkerPlacement, opts: KubernetesOptions) -> dict[str, Any]:
+    amounts: dict[str, str] = {}
+    if worker.cpus > 0:
+        amounts["cpu"] = f"{round(worker.cpus * 1000)}m"
+    if worker.memory_gb > 0:
+        amounts["memory"] = f"{round(worker.memory_gb * 1024)}Mi"
+    if worker.gpus and not opts.virtual_gpus:
+        amounts[GPU_RESOURCE] = str(len(worker.gpus))
+    # Requests equal to limits: the pod gets exactly what the planner counted (Guaranteed QoS).
+    return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
+
+
+def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts of the main container)."""
+    volumes: list[dict[str, Any]] = [{"name": "hai-run", "emptyDir": {}}]
+    mounts: list[dict[str, Any]] = [{"name": "hai-run", "mountPath": RUN_DIR}]
+    if launch.spec.shm:
+        volumes.append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{launch.spec.shm}Mi"}})
+        mounts.append({"name": "shm", "mountPath": "/dev/shm"})
+    if launch.spec.code_src == "git":
+        volumes.append({"name": "code", "emptyDir": {}})
+        mounts.append({"name": "code", "mountPath": GIT_DIR})
+    if opts.nas_pvc:
+        volumes.append({"name": "nas", "persistentVolumeClaim": {"claimName": opts.nas_pvc}})
+        mounts.append({"name": "nas", "mountPath": opts.nas_mount_path})
+    for storage_id in launch.spec.project_storage:
+        claim = launch.storages.get(storage_id)
+        if claim:
+            name = f"storage-{storage_id}"
+            volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim}})
+            mounts.append({"name": name, "mountPath": _storage_path(opts, storage_id)})
+    return volumes, mounts
+
+
+def _git_init(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
+    argv = ["git", "clone", "--quiet", "--depth", "1", "--single-branch"]
+    if launch.spec.git_branch:
+        argv += ["--branch", launch.spec.git_branch]
+    argv += ["--", launch.spec.code_path, GIT_DIR]
+    return {
+        "name": "git-clone",
+        "image": opts.git_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": argv,
+        "env": [{"name": "GIT_TERMINAL_PROMPT", "value": "0"}],
+        "volumeMounts": [{"name": "code", "mountPath": GIT_DIR}],
+    }
+
+
+def _pre_stop() -> dict[str, Any]:
+    # Runs in the container before the kubelet's SIGTERM; the grace period covers both.
+    script = (
+        f'mkdir -p {RUN_DIR} && printf \'{{"reason": "preempted"}}\\n\' > {NOTICE_PATH}.tmp '
+        f"&& mv {NOTICE_PATH}.tmp {NOTICE_PATH}"
+    )
+    return {"preStop": {"exec": {"command": ["/bin/sh", "-c", script]}}}
+
+
+def _affinity(nodes: list[str], spread: bool, labels: Mapping[str, str]) -> dict[str, Any]:
+    affinity: dict[str, Any] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
+                ]
+            }
+        }
+    }
+    if spread:
+        affinity["podAntiAffinity"] = {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": dict(labels)}, "topologyKey": "kubernetes.io/hostname"}
+            ]
+        }
+    return affinity
+
+
+def pod_spec(
+    launch: Launch,
+    opts: KubernetesOptions,
+    worker: WorkerPlacement,
+    env: Mapping[str, str],
+    command: list[str],
+    nodes: list[str],
+    spread: bool = False,
+    pod_labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The spec of a pod that runs `command` in the job's image on one of `nodes`."""
+    volumes, mounts = _volumes(launch, opts)
+    container: dict[str, Any] = {
+        "name": MAIN,
+        "image": image_of(launch),
+        # Never pull an image the node already has: jobs run what was built, not the newest tag.
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "workingDir": GIT_DIR if launch.spec.code_src == "git" else launch.spec.code_path,
+        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "volumeMounts": mounts,
+    }
+    if resources := _resources(worker, opts):
+        container["resources"] = resources
+    if launch.spec.elastic:
+        container["lifecycle"] = _pre_stop()
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": launch.spec.effective_grace_seconds,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if launch.spec.code_src == "git":
+        spec["initContainers"] = [_git_init(launch, opts)]
+    real_nodes = [n for n in nodes if n]
+    if real_nodes and opts.pin == "node_name" and len(real_nodes) == 1:
+        spec["nodeName"] = real_nodes[0]
+    elif real_nodes:
+        spec["affinity"] = _affinity(real_nodes, spread, pod_labels or {})
+    gpu_type = getattr(launch.spec, "gpu_type", None)
+    if worker.gpus and gpu_type:
+        spec["nodeSelector"] = {opts.gpu_type_label: gpu_type}
+    if worker.gpus and not opts.virtual_gpus:
+        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+    if opts.service_account:
+        spec["serviceAccountName"] = opts.service_account
+    if opts.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": s} for s in opts.image_pull_secrets]
+    return spec
+
+
+# ---- whole objects ----------------------------------------------------------------------------------
+
+
+def worker_pods(launch: Launch, opts: KubernetesOptions) -> list[dict[str, Any]]:
+    """One pod per worker: standalone and CPU jobs, and the gang of a distributed job without MPIJob."""
+    gang = is_distributed(launch)
+    service = instance_name(opts, launch.instance_id)
+    master = f"{pod_name(opts, launch.instance_id, 0)}.{service}"
+    pods = []
+    for slot in slots(launch):
+        worker = launch.placement[slot.rank] if launch.placement else WorkerPlacement(node="", gpus=())
+        name = pod_name(opts, launch.instance_id, slot.rank)
+        labels = {**instance_labels(opts, launch), LABEL_WORKER: str(slot.rank)}
+        env = environment(launch, slot, opts, master)
+        spec = pod_spec(launch, opts, worker, env, ["/bin/sh", "-c", launch.spec.cmd], [worker.node])
+        if gang:
+            # With the headless Service of the same name, rank 0 is reachable as <pod>.<service>.
+            spec["hostname"] = name
+            spec["subdomain"] = service
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": opts.namespace,
+                    "labels": labels,
+                    "annotations": _annotations(launch, worker.node),
+                },
+                "spec": spec,
+            }
+        )
+    return pods
+
+
+def gang_service(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
+    """Headless Service giving every gang pod a DNS name, before readiness (rendezvous comes first)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": instance_name(opts, launch.instance_id),
+            "namespace": opts.namespace,
+            "labels": instance_labels(opts, launch),
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": instance_labels(opts, launch),
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+        },
+    }
+
+
+def mpirun_argv(launch: Launch) -> list[str]:
+    """The launcher's command: one process per GPU over every worker (the operator writes the hostfile)."""
+    total = sum(max(1, len(w.gpus)) for w in launch.placement) or 1
+    inner = shlex.join(["/bin/sh", "-c", launch.spec.cmd])
+    return [
+        "mpirun", "--allow-run-as-root", "-np", str(total), "-bind-to", "none", "-map-by", "slot",
+        "-x", "NCCL_DEBUG=WARN", "-x", "PATH", "-x", "LD_LIBRARY_PATH",
+        "/bin/sh", "-c", inner,
+    ]  # fmt: skip
+
+
+def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
+    """A Kubeflow MPIJob (v2beta1): one launcher running mpirun, the workers running sshd."""
+    placement = launch.placement
+    gpus_per_worker = len(placement[0].gpus) if placement else 0
+    nodes = sorted({w.node for w in placement if w.node})
+    labels = instance_labels(opts, launch)
+    first = slots(launch)[0]
+    env = environment(launch, first, opts, "")
+    # mpirun gives every process its rank; the per-worker rank variables would contradict it.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                "HAI_WORKER_INDEX", "HAI_NODE"):  # fmt: skip
+        env.pop(key, None)
+    worker_template_spec = pod_spec(
+        launch, opts, placement[0], env, ["/usr/sbin/sshd", "-De"], nodes,
+        spread=len(nodes) == len(placement), pod_labels={**labels, MPI_ROLE_LABEL: "worker"},
+    )  # fmt: skip
+    launcher_worker = WorkerPlacement(node="", gpus=(), cpus=opts.mpi_launcher_cpus, memory_gb=1)
+    launcher_env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    launcher_spec = pod_spec(launch, opts, launcher_worker, launcher_env, mpirun_argv(launch), [])
+    return {
+        "apiVersion": f"{MPI_GROUP}/{MPI_VERSION}",
+        "kind": "MPIJob",
+        "metadata": {
+            "name": instance_name(opts, launch.instance_id),
+            "namespace": opts.namespace,
+            "labels": labels,
+            "annotations": _annotations(launch, ",".join(nodes)),
+        },
+        "spec": {
+            "slotsPerWorker": max(1, gpus_per_worker),
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            "mpiImplementation": "OpenMPI",
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "restartPolicy": "Never",
+                    "template": {
+                        "metadata": {"labels": dict(labels), "annotations": _annotations(launch, None)},
+                        "spec": launcher_spec,
+                    },
+                },
+                "Worker": {
+                    "replicas": len(placement),
+                    "restartPolicy": "Never",
+                    "template": {
+                        "metadata": {"labels": dict(labels), "annotations": _annotations(launch, None)},
+                        "spec": worker_template_spec,
+                    },
+                },
+            },
+        },
+    }
+
+
+# ---- RBAC --------------------------------------------------------------------------------------------
+
+
+def rbac(namespace: str, subject: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The least the server needs: pods, logs, Services and MPIJobs in its namespace; nodes to read.
+
+    `subject` is an RBAC subject, e.g. {"kind": "ServiceAccount", "name": "hai", "namespace": "hai"}.
+    """
+    name = "hai-server"
+    watchable = ["get", "list", "watch", "create", "delete"]
+    namespaced_rules = [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": [*watchable, "patch"]},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "delete"]},
+        {"apiGroups": [MPI_GROUP], "resources": [MPI_PLURAL], "verbs": watchable},
+    ]
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": name, "namespace": namespace},
+            "rules": namespaced_rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": name, "namespace": namespace},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [dict(subject)],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{name}-{namespace}"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [dict(subject)],
+        },
+    ]
+
+
+def rbac_yaml(namespace: str, service_account: str) -> str:
+    """`rbac` for a service account, as a multi-document YAML for `kubectl apply -f -`."""
+    import json
+
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+    # JSON is YAML: no YAML library is needed to print manifests kubectl accepts.
+    return "".join(f"---\n{json.dumps(doc, indent=2)}\n" for doc in rbac(namespace, subject))
+
+
+if __name__ == "__main__":
+    import sys
+
+    # python -m hai_airflow.backends.k8s_manifests NAMESPACE [SERVICE_ACCOUNT] | kubectl apply -f -
+    ns = sys.argv[1] if len(sys.argv) > 1 else "default"
+    sys.stdout.write(rbac_yaml(ns, sys.argv[2] if len(sys.argv) > 2 else "hai"))

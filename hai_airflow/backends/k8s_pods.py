@@ -1,0 +1,99 @@
+"""What the kubernetes backend needs to know of a pod, and how an instance's pods decide its end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hai_airflow.backends.k8s_manifests import LABEL_INSTANCE, LABEL_WORKER, MAIN, MPI_ROLE_LABEL
+
+TERMINAL = frozenset({"Succeeded", "Failed"})
+BROKEN_AT_START = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"})
+"""Waiting reasons no retry will cure: the instance fails at once instead of at the start timeout."""
+
+
+@dataclass(frozen=True)
+class PodState:
+    """A pod as last seen by the watch."""
+
+    name: str
+    instance_id: int | None
+    rank: int | None
+    role: str | None
+    """"launcher" or "worker" for MPIJob pods, None for our own pods."""
+    phase: str
+    exit_code: int | None
+    """Exit code of the job container once it terminated."""
+    reason: str
+    """Why the container or pod ended or waits (OOMKilled, Evicted, ErrImagePull...), "" if nothing to say."""
+    message: str
+    deleting: bool
+    grace_seconds: int | None
+    """The grace of a requested deletion (metadata.deletionGracePeriodSeconds)."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running"
+
+    @property
+    def waiting_reason(self) -> str:
+        return self.reason if self.phase == "Pending" else ""
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def pod_state(pod: Any) -> PodState:
+    """Reduce a V1Pod (as the client returns it) to a PodState."""
+    meta, status = pod.metadata, pod.status
+    labels = meta.labels or {}
+    phase = (status.phase if status else None) or "Pending"
+    exit_code, reason, message = None, "", ""
+    statuses = (status.container_statuses if status else None) or []
+    main = next((c for c in statuses if c.name == MAIN), statuses[0] if statuses else None)
+    if main is not None and main.state is not None:
+        if main.state.terminated is not None:
+            exit_code = main.state.terminated.exit_code
+            reason = main.state.terminated.reason or ""
+            message = main.state.terminated.message or ""
+        elif main.state.waiting is not None:
+            reason = main.state.waiting.reason or ""
+            message = main.state.waiting.message or ""
+    if not reason and status is not None:
+        reason, message = status.reason or "", status.message or ""
+    return PodState(
+        name=meta.name,
+        instance_id=_int(labels.get(LABEL_INSTANCE)),
+        rank=_int(labels.get(LABEL_WORKER)),
+        role=labels.get(MPI_ROLE_LABEL),
+        phase=phase,
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        deleting=meta.deletion_timestamp is not None,
+        grace_seconds=meta.deletion_grace_period_seconds,
+    )
+
+
+def describe(state: PodState | None) -> str:
+    """The words for how a pod ended."""
+    if state is None or state.exit_code is None:
+        if state is not None and state.reason:
+            return f"{state.reason}: {state.message}".rstrip(": ")
+        return "no exit code"
+    code = state.exit_code
+    if state.reason == "OOMKilled":
+        return f"killed for exceeding its memory limit (exit code {code})"
+    if code == 0:
+        return "completed"
+    if code > 128:
+        return f"killed by signal {code - 128} (exit code {code})"
+    return f"exit code {code}"

@@ -1,0 +1,604 @@
+"""The kubernetes backend: pods per worker (or a Kubeflow MPIJob), followed with a watch, found by labels."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils.quantity import parse_quantity
+
+from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.docker_logs import merge, worker_prefix
+from hai_airflow.backends.inventory import gpu_type
+from hai_airflow.backends.k8s_pods import BROKEN_AT_START, PodState, describe, pod_state
+from hai_airflow.backends.logs import read_tail
+from hai_airflow.scheduling.model import Node
+
+log = logging.getLogger(__name__)
+WATCH_SECONDS = 20
+"""A watch request ends after this long and is renewed from the last resourceVersion (bounds close())."""
+
+
+@dataclass
+class _Instance:
+    """An instance this backend follows."""
+
+    instance_id: int
+    kind: str
+    """"pods" (one per worker, a gang when distributed) or "mpijob"."""
+    pods: list[str]
+    """Our pods in rank order; empty for an MPIJob, whose pods the operator names."""
+    service: str | None
+    mpijob: str | None
+    log_path: Path
+    started_at: float
+    stopping: bool = False
+    formed: bool = False
+    """Every worker has been Running at once."""
+    culprit: str | None = None
+    logs: dict[str, bytes] = field(default_factory=dict)
+    """Pod name -> its log as last captured (timestamped), kept for when the pod is gone."""
+    last: dict[str, PodState] = field(default_factory=dict)
+    """Pod name -> its last state seen, kept after the pod is deleted."""
+
+    def handle(self, namespace: str) -> Handle:
+        return Handle(
+            self.instance_id,
+            {
+                "backend": KubernetesBackend.name,
+                "namespace": namespace,
+                "kind": self.kind,
+                "pods": list(self.pods),
+                "service": self.service,
+                "mpijob": self.mpijob,
+                "log_path": str(self.log_path),
+                "started_at": self.started_at,
+            },
+        )
+
+    @classmethod
+    def from_handle(cls, handle: Handle) -> _Instance:
+        d = handle.data
+        if d.get("backend") != KubernetesBackend.name:
+            raise ValueError(f"it belongs to the {d.get('backend')!r} backend")
+        return cls(
+            handle.instance_id,
+            str(d["kind"]),
+            list(d["pods"]),
+            d.get("service"),
+            d.get("mpijob"),
+            Path(d["log_path"]),
+            float(d["started_at"]),
+        )
+
+
+def api_client(opts: m.KubernetesOptions) -> client.ApiClient:
+    """A client from the configured kubeconfig, else the in-cluster service account, else ~/.kube/config."""
+    if opts.kubeconfig:
+        return config.new_client_from_config(config_file=opts.kubeconfig, context=opts.context)
+    try:
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
+    except config.ConfigException:
+        return config.new_client_from_config(context=opts.context)
+
+
+class KubernetesBackend:
+    """Runs instances as pods; pod states come from one watch, exits are decided in `poll`.
+
+    :param options: the `[backend]` table (see `KubernetesOptions`).
+    :param home: the platform home (unused: launches bring their own paths).
+    """
+
+    name = "kubernetes"
+
+    def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
+        self.options = m.KubernetesOptions.model_validate(dict(options or {}))
+        self.api = api_client(self.options)
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.ns = self.options.namespace
+        self._lock = threading.RLock()
+        self._instances: dict[int, _Instance] = {}
+        self._pods: dict[str, PodState] = {}
+        self._ended_logs: dict[int, Path] = {}
+        self._synced = threading.Event()
+        self._closing = threading.Event()
+        self._resource_version: str | None = None
+        self._watcher: threading.Thread | None = None
+        self._watch_stream: watch.Watch | None = None
+
+    # ---- inventory --------------------------------------------------------------------------------
+
+    def inventory(self) -> list[Node] | None:
+        """Schedulable nodes with their allocatable GPUs, CPUs, memory and GPU-type label."""
+        try:
+            items = self.core.list_node().items
+        except ApiException as e:
+            log.warning("cannot list nodes (%s); using the configured [[nodes]]", e.reason)
+            return None
+        nodes = []
+        for n in items:
+            if n.spec is not None and n.spec.unschedulable:
+                continue
+            alloc = (n.status.allocatable if n.status else None) or {}
+            labels = n.metadata.labels or {}
+            product = labels.get("nvidia.com/gpu.product", "")
+            kind = labels.get(self.options.gpu_type_label) or (gpu_type(product) if product else "none")
+            nodes.append(
+                Node(
+                    name=n.metadata.name,
+                    gpu_type=kind,
+                    gpus=int(parse_quantity(alloc.get(m.GPU_RESOURCE, "0"))),
+                    cpus=float(parse_quantity(alloc.get("cpu", "0"))),
+                    memory_gb=round(float(parse_quantity(alloc.get("memory", "0"))) / 1024**3, 1),
+                )
+            )
+        return sorted(nodes, key=lambda node: node.name)
+
+    # ---- start ------------------------------------------------------------------------------------
+
+    def start(self, launch: Launch) -> Handle:
+        self._ensure_watch()
+        use_mpijob = m.is_distributed(launch) and self._mpi_operator_installed()
+        created: list[tuple[str, str]] = []
+        try:
+            if use_mpijob:
+                body = m.mpijob(launch, self.options)
+                self.custom.create_namespaced_custom_object(
+                    m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, body
+                )
+                name = body["metadata"]["name"]
+                inst = _Instance(launch.instance_id, "mpijob", [], None, name, launch.log_path, time.time())
+            else:
+                service = None
+                if m.is_distributed(launch):
+                    svc = m.gang_service(launch, self.options)
+                    self.core.create_namespaced_service(self.ns, svc)
+                    service = svc["metadata"]["name"]
+                    created.append(("service", service))
+                names = []
+                for pod in m.worker_pods(launch, self.options):
+                    self.core.create_namespaced_pod(self.ns, pod)
+                    names.append(pod["metadata"]["name"])
+                    created.append(("pod", pod["metadata"]["name"]))
+                inst = _Instance(
+                    launch.instance_id, "pods", names, service, None, launch.log_path, time.time()
+                )
+        except ApiException as e:
+            for kind, name in created:
+                self._delete(kind, name, 0)
+            raise StartError(f"the Kubernetes API refused it: {_explain(e)}") from None
+        with self._lock:
+            self._instances[launch.instance_id] = inst
+            # The watch may have seen the new pods before the instance was registered.
+            inst.last.update({n: st for n, st in self._pods.items() if st.instance_id == launch.instance_id})
+        return inst.handle(self.ns)
+
+    def _mpi_operator_installed(self) -> bool:
+        if self.options.mpi_operator != "auto":
+            return self.options.mpi_operator == "always"
+        try:
+            resources = self.custom.get_api_resources(m.MPI_GROUP, m.MPI_VERSION)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise StartError(f"cannot tell whether the MPI Operator is installed: {_explain(e)}") from None
+        return any(r.name == m.MPI_PLURAL for r in (resources.resources or []))
+
+    # ---- stop -------------------------------------------------------------------------------------
+
+    def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
+        """Delete the pods with the grace; an elastic pod's preStop hook writes the notice before SIGTERM."""
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            if inst is None:
+                return
+            inst.stopping = True
+            names = self._pod_names(inst)
+        grace = max(0, grace_seconds)
+        for name in names:
+            # A pod deleted without grace takes its log with it.
+            self._capture(inst, name)
+            if notice:
+                stamp = json.dumps({"at": time.time(), "grace_seconds": grace, "notice": True})
+                with contextlib.suppress(ApiException):
+                    self.core.patch_namespaced_pod(
+                        name, self.ns, {"metadata": {"annotations": {m.ANNOTATION_STOP: stamp}}}
+                    )
+        if inst.mpijob:
+            self._delete("mpijob", inst.mpijob, grace)
+        for name in names:
+            self._delete("pod", name, grace)
+
+    def _delete(self, kind: str, name: str, grace: int) -> None:
+        body = client.V1DeleteOptions(grace_period_seconds=grace, propagation_policy="Background")
+        try:
+            if kind == "pod":
+                self.core.delete_namespaced_pod(name, self.ns, body=body)
+            elif kind == "service":
+                self.core.delete_namespaced_service(name, self.ns, body=body)
+            else:
+                self.custom.delete_namespaced_custom_object(
+                    m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, name, body=body
+                )
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("cannot delete %s %s: %s", kind, name, _explain(e))
+
+    # ---- the watch --------------------------------------------------------------------------------
+
+    def _ensure_watch(self) -> None:
+        with self._lock:
+            if self._watcher is not None and self._watcher.is_alive():
+                return
+            if self._resource_version is None:
+                self._relist()
+            self._closing.clear()
+            self._watcher = threading.Thread(target=self._watch, name="hai-kube-watch", daemon=True)
+            self._watcher.start()
+
+    def _relist(self) -> None:
+        listed = self.core.list_namespaced_pod(self.ns, label_selector=m.instance_selector(self.options))
+        with self._lock:
+            self._pods = {p.metadata.name: pod_state(p) for p in listed.items}
+            for state in self._pods.values():
+                self._remember(state)
+            self._resource_version = listed.metadata.resource_version
+        self._synced.set()
+
+    def _watch(self) -> None:
+        while not self._closing.is_set():
+            try:
+                if self._resource_version is None:
+                    self._relist()
+                self._watch_stream = watch.Watch()
+                stream = self._watch_stream.stream(
+                    self.core.list_namespaced_pod,
+                    self.ns,
+                    label_selector=m.instance_selector(self.options),
+                    resource_version=self._resource_version,
+                    timeout_seconds=WATCH_SECONDS,
+                )
+                for event in stream:
+                    if self._closing.is_set():
+                        return
+                    self._on_event(event["type"], event["object"])
+            except ApiException as e:
+                if e.status == 410:
+                    self._resource_version = None  # too old: list again, then watch from there
+                else:
+                    log.warning("pod watch failed (%s); retrying", _explain(e))
+                    self._closing.wait(1)
+            except Exception as e:
+                if self._closing.is_set():
+                    return
+                log.warning("pod watch interrupted (%s); retrying", e)
+                self._closing.wait(1)
+
+    def _on_event(self, kind: str, pod: Any) -> None:
+        if kind == "ERROR" or not hasattr(pod, "metadata"):
+            self._resource_version = None
+            return
+        state = pod_state(pod)
+        with self._lock:
+            if kind == "DELETED":
+                self._pods.pop(state.name, None)
+            else:
+                self._pods[state.name] = state
+            self._remember(state)
+            self._resource_version = pod.metadata.resource_version
+            inst = self._instances.get(state.instance_id) if state.instance_id is not None else None
+        if inst is not None and state.terminal and state.name not in inst.logs:
+            self._capture(inst, state.name)
+
+    def _remember(self, state: PodState) -> None:
+        inst = self._instances.get(state.instance_id) if state.instance_id is not None else None
+        if inst is not None:
+            inst.last[state.name] = state
+
+    # ---- exits ------------------------------------------------------------------------------------
+
+    def poll(self) -> list[Exit]:
+        with self._lock:
+            tracked = list(self._instances.values())
+        exits = []
+        for inst in tracked:
+            ended = self._check(inst, time.time())
+            if ended is not None:
+                exits.append(ended)
+        return exits
+
+    def _pod_names(self, inst: _Instance) -> list[str]:
+        if inst.kind == "pods":
+            return list(inst.pods)
+        with self._lock:
+            live = {s.name for s in self._pods.values() if s.instance_id == inst.instance_id}
+            known = set(inst.last) | live
+        return sorted(known)
+
+    def _check(self, inst: _Instance, now: float) -> Exit | None:
+        with self._lock:
+            if inst.kind == "mpijob":
+                return self._check_mpijob(inst, now)
+            states = [self._pods.get(n) for n in inst.pods]
+        present = [s for s in states if s is not None]
+        if all(s is not None and s.running for s in states):
+            inst.formed = True
+        if inst.stopping or inst.culprit is not None:
+            # Pods we delete ourselves end the instance once none of them runs any more.
+            if any(not s.terminal for s in present):
+                return None
+            if inst.culprit is not None:
+                return self._finish(inst, self._outcome(inst))
+            return self._finish(inst, self._stopped_outcome(inst))
+        if len(present) < len(states):
+            missing = [n for n, s in zip(inst.pods, states, strict=True) if s is None and n in inst.last]
+            if missing:
+                return self._finish(inst, (None, f"pod {missing[0]} was deleted outside hai"), lost=True)
+        failed = [s for s in present if s.terminal and s.exit_code != 0]
+        if failed and any(not s.terminal for s in present):
+            # One failed worker dooms a gang: the others would wait for it in a collective.
+            inst.culprit = failed[0].name
+            for s in present:
+                if not s.terminal:
+                    self._capture(inst, s.name)
+                    self._delete("pod", s.name, 0)
+            return None
+        if present and len(present) == len(states) and all(s.terminal for s in present):
+            return self._finish(inst, self._outcome(inst))
+        broken = next((s for s in present if s.waiting_reason in BROKEN_AT_START), None)
+        if broken is not None:
+            return self._finish(inst, (None, f"pod {broken.name} cannot start: {describe(broken)}"))
+        if not inst.formed and now - inst.started_at > self.options.start_timeout_seconds:
+            return self._start_timed_out(inst, present, len(states))
+        return None
+
+    def _check_mpijob(self, inst: _Instance, now: float) -> Exit | None:
+        pods = [s for s in self._pods.values() if s.instance_id == inst.instance_id]
+        launcher = next((s for s in pods if s.role == "launcher"), None)
+        if launcher is None:
+            launcher = next((s for s in inst.last.values() if s.role == "launcher"), None)
+            if inst.stopping and not pods:
+                return self._finish(inst, self._stopped_outcome(inst))
+        if launcher is not None and launcher.running:
+            inst.formed = True
+        if launcher is not None and launcher.terminal:
+            code = launcher.exit_code
+            return self._finish(inst, (code, describe(launcher)))
+        late = now - inst.started_at > self.options.start_timeout_seconds
+        if late and not inst.formed and not inst.stopping:
+            return self._start_timed_out(inst, pods, None)
+        return None
+
+    def _start_timed_out(self, inst: _Instance, present: list[PodState], expected: int | None) -> Exit:
+        running = sum(1 for s in present if s.running)
+        waiting = next((s for s in present if s.waiting_reason), None)
+        why = f"; {waiting.name} waits: {describe(waiting)}" if waiting else ""
+        total = f" of {expected}" if expected is not None else ""
+        reason = (
+            f"not every worker was Running within {self.options.start_timeout_seconds:g} s "
+            f"({running}{total} running{why}); torn down to be scheduled again"
+        )
+        if waiting is not None and waiting.waiting_reason in ("ErrImagePull", "ImagePullBackOff"):
+            return self._finish(inst, (None, f"the image cannot be pulled: {describe(waiting)}"))
+        return self._finish(inst, (None, reason), lost=True)
+
+    def _outcome(self, inst: _Instance) -> tuple[int | None, str]:
+        """The failed worker's code (the culprit's, else the first failing rank's), else 0."""
+        states = [inst.last.get(n) for n in inst.pods]
+        culprit = inst.culprit or next(
+            (n for n, s in zip(inst.pods, states, strict=True) if s is not None and s.exit_code != 0), None
+        )
+        if culprit is None:
+            return 0, "completed"
+        state = inst.last.get(culprit)
+        words = describe(state)
+        code = state.exit_code if state is not None else None
+        if len(inst.pods) > 1:
+            return code, f"worker {inst.pods.index(culprit)} failed: {words}"
+        return code, words
+
+    def _stopped_outcome(self, inst: _Instance) -> tuple[int | None, str]:
+        codes = [s.exit_code for s in inst.last.values() if s.exit_code is not None]
+        code = next((c for c in codes if c), codes[0] if codes else None)
+        words = f"exit code {code}" if code is not None else "deleted"
+        return code, f"stopped by the platform ({words})"
+
+    def _finish(self, inst: _Instance, outcome: tuple[int | None, str], lost: bool = False) -> Exit:
+        names = self._pod_names(inst)
+        for name in names:
+            if name in self._pods:
+                self._capture(inst, name)
+        self._keep_log(inst, names)
+        if inst.mpijob:
+            self._delete("mpijob", inst.mpijob, 0)
+        for name in names:
+            if name in self._pods:
+                self._delete("pod", name, 0)
+        if inst.service:
+            self._delete("service", inst.service, 0)
+        with self._lock:
+            self._instances.pop(inst.instance_id, None)
+            self._ended_logs[inst.instance_id] = inst.log_path
+        code, reason = outcome
+        return Exit(inst.instance_id, code, reason, lost=lost)
+
+    # ---- logs -------------------------------------------------------------------------------------
+
+    def _capture(self, inst: _Instance, name: str) -> None:
+        try:
+            raw = self.core.read_namespaced_pod_log(
+                name, self.ns, container=m.MAIN, timestamps=True, _preload_content=False
+            ).data
+        except ApiException:
+            return  # no kubelet answered (or the pod is gone): keep what was captured before
+        except Exception as e:
+            log.debug("cannot read the log of pod %s: %s", name, e)
+            return
+        if raw or name not in inst.logs:
+            inst.logs[name] = raw
+
+    def _keep_log(self, inst: _Instance, names: list[str]) -> None:
+        if names and not any(inst.logs.get(n) for n in names):
+            text = "[hai] no log could be read from the pods (their node did not serve it)\n"
+        else:
+            text = merge([inst.logs.get(n, b"") for n in names])
+        with contextlib.suppress(OSError):
+            inst.log_path.parent.mkdir(parents=True, exist_ok=True)
+            inst.log_path.write_text(text, encoding="utf-8")
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            ended = self._ended_logs.get(instance_id)
+        if inst is None:
+            if ended is None:
+                raise KeyError(f"instance {instance_id} is not known to the kubernetes backend")
+            return read_tail(ended, tail)
+        names = self._pod_names(inst)
+        for name in names:
+            self._capture(inst, name)
+        text = merge([inst.logs.get(n, b"") for n in names])
+        return text if tail <= 0 else "".join(text.splitlines(keepends=True)[-tail:])
+
+    def follow_log(self, instance_id: int) -> Iterator[str]:
+        with self._lock:
+            inst = self._instances.get(instance_id)
+            ended = self._ended_logs.get(instance_id)
+        if inst is None:
+            if ended is None:
+                raise KeyError(f"instance {instance_id} is not known to the kubernetes backend")
+            return iter([read_tail(ended)])
+        return self._follow(self._pod_names(inst))
+
+    def _follow(self, names: list[str]) -> Iterator[str]:
+        chunks: queue.Queue[str | None] = queue.Queue()
+        for rank, name in enumerate(names):
+            prefix = worker_prefix(rank, len(names))
+            threading.Thread(target=self._pump, args=(name, prefix, chunks), daemon=True).start()
+        done = 0
+        while done < len(names):
+            chunk = chunks.get()
+            if chunk is None:
+                done += 1
+            else:
+                yield chunk
+
+    def _pump(self, name: str, prefix: str, out: queue.Queue[str | None]) -> None:
+        try:
+            answer = self.core.read_namespaced_pod_log(
+                name, self.ns, container=m.MAIN, follow=True, _preload_content=False
+            )
+            pending = ""
+            for data in answer.stream():
+                head, sep, pending = (pending + data.decode("utf-8", errors="replace")).rpartition("\n")
+                if sep:
+                    out.put("".join(prefix + line + "\n" for line in head.split("\n")))
+            if pending:
+                out.put(prefix + pending + "\n")
+        except Exception as e:
+            log.debug("following the log of pod %s stopped: %s", name, e)
+        finally:
+            out.put(None)
+
+    # ---- restart ----------------------------------------------------------------------------------
+
+    def reattach(self, handles: list[Handle]) -> list[Exit]:
+        """Adopt instances whose pods (or MPIJob) exist; delete this owner's objects no handle names."""
+        self._relist()
+        mpijobs = self._list_mpijobs()
+        lost: list[Exit] = []
+        known_pods: set[str] = set()
+        known_instances: set[int] = set()
+        for handle in handles:
+            try:
+                inst = _Instance.from_handle(handle)
+            except (KeyError, TypeError, ValueError) as e:
+                reason = f"the kubernetes backend cannot read the instance's handle ({e!r})"
+                lost.append(Exit(handle.instance_id, None, reason, lost=True))
+                continue
+            known_instances.add(inst.instance_id)
+            known_pods.update(inst.pods)
+            with self._lock:
+                states = {n: s for n, s in self._pods.items() if s.instance_id == inst.instance_id}
+                alive = bool(states) or (inst.mpijob is not None and inst.mpijob in mpijobs)
+                if not alive:
+                    self._ended_logs[inst.instance_id] = inst.log_path
+                else:
+                    inst.last.update(states)
+                    inst.formed = all(s.running for s in states.values()) and bool(states)
+                    self._instances[inst.instance_id] = inst
+            if not alive:
+                if inst.service:
+                    self._delete("service", inst.service, 0)
+                lost.append(Exit(inst.instance_id, None, "its pods are gone after a restart", lost=True))
+        with self._lock:
+            orphans = [
+                s.name
+                for s in self._pods.values()
+                if s.instance_id not in known_instances and s.name not in known_pods
+            ]
+        for name in orphans:
+            # Started by this server but never recorded (it died in between): the job is requeued,
+            # so this copy must not run beside the new one.
+            log.warning("deleting pod %s: no instance of this server owns it", name)
+            self._delete("pod", name, 0)
+        for name, instance_id in mpijobs.items():
+            if instance_id not in known_instances:
+                self._delete("mpijob", name, 0)
+        self._ensure_watch()
+        return lost
+
+    def _list_mpijobs(self) -> dict[str, int | None]:
+        """This owner's MPIJobs (name -> instance id); none when the CRD is not installed."""
+        try:
+            listed = self.custom.list_namespaced_custom_object(
+                m.MPI_GROUP,
+                m.MPI_VERSION,
+                self.ns,
+                m.MPI_PLURAL,
+                label_selector=m.instance_selector(self.options),
+            )
+        except ApiException as e:
+            if e.status in (403, 404):
+                return {}
+            raise
+        out: dict[str, int | None] = {}
+        for item in listed.get("items", []):
+            meta = item.get("metadata", {})
+            label = (meta.get("labels") or {}).get(m.LABEL_INSTANCE)
+            out[meta["name"]] = int(label) if label and label.isdigit() else None
+        return out
+
+    def wait_synced(self, timeout: float = 10) -> bool:
+        """True once the pod cache has been filled from the API (tests and start-up use it)."""
+        return self._synced.wait(timeout)
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._watch_stream is not None:
+            self._watch_stream.stop()  # shuts the socket: the watch thread wakes up now
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.join(WATCH_SECONDS + 5)
+        self.api.close()
+
+
+def _explain(e: ApiException) -> str:
+    try:
+        return str(json.loads(e.body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return f"{e.status} {e.reason}"

@@ -1,0 +1,82 @@
+"""`hai serve` with the docker backend: jobs run as containers, outlive a server crash, log via the API."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hai_airflow.spec import StandaloneJobSpec
+from tests.support.docker_engine import Engine, busybox_image, docker_engine
+from tests.support.live_server import TEST_CONFIG, LiveServer
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+__all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
+
+
+@pytest.fixture
+def server(docker_engine: Engine, tmp_path: Path) -> Iterator[tuple[LiveServer, str]]:
+    owner = f"hai-test-{uuid.uuid4().hex[:8]}"
+    options = f'[backend]\ndocker_host = "{docker_engine.url}"\nowner = "{owner}"\nvirtual_gpus = true\n'
+    config = TEST_CONFIG.replace('backend = "local"', 'backend = "docker"').replace(
+        "\n[[nodes]]", f"\n{options}\n[[nodes]]", 1
+    )
+    live = LiveServer(tmp_path / "home", config).start()
+    try:
+        yield live, owner
+    finally:
+        live.close()
+        for c in docker_engine.client.containers.list(  # type: ignore[attr-defined]
+            all=True, filters={"label": f"hai.owner={owner}"}
+        ):
+            c.remove(force=True)
+
+
+def spec(image: str, code: Path, cmd: str) -> StandaloneJobSpec:
+    return StandaloneJobSpec(
+        task_name="docker job", code_path=str(code), cmd=cmd, image=image, resource_pkg=454
+    )
+
+
+def wait_state(live: LiveServer, job_id: int, states: set[str], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    with live.client() as c:
+        while True:
+            job = c.job(job_id)
+            if job.state in states:
+                return f"{job.state}: {job.reason}" if job.state == "FAILED" else job.state
+            assert time.monotonic() < deadline, f"job {job_id} stayed {job.state}: {live.log_text()[-2000:]}"
+            time.sleep(0.2)
+
+
+def test_a_job_runs_in_a_container_and_its_log_comes_through_the_api(
+    server: tuple[LiveServer, str], busybox_image: str, tmp_path: Path
+) -> None:
+    live, _ = server
+    with live.client() as c:
+        job = c.submit(spec(busybox_image, tmp_path, 'echo "hello from job $HAI_JOB_ID in $(pwd)"'))
+    assert wait_state(live, job.id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    with live.client() as c:
+        (instance,) = c.instances(job.id)
+        assert instance.exit_code == 0
+        assert c.log(instance.id) == f"hello from job {job.id} in {tmp_path}\n"
+
+
+def test_a_running_container_outlives_a_server_crash_and_is_adopted_again(
+    server: tuple[LiveServer, str], busybox_image: str, docker_engine: Engine, tmp_path: Path
+) -> None:
+    live, owner = server
+    with live.client() as c:
+        job = c.submit(spec(busybox_image, tmp_path, "echo before; sleep 4; echo after; exit 0"))
+    wait_state(live, job.id, {"RUNNING"})
+    live.kill9()
+    running = docker_engine.client.containers.list(filters={"label": f"hai.owner={owner}"})  # type: ignore[attr-defined]
+    assert len(running) == 1  # the job did not die with the server
+    live.start()
+    assert wait_state(live, job.id, {"SUCCEEDED", "FAILED"}) == "SUCCEEDED"
+    with live.client() as c:
+        (instance,) = c.instances(job.id)
+        assert c.log(instance.id) == "before\nafter\n"

@@ -1,0 +1,124 @@
+"""Real training in containers: include/train.py suspended and resumed ends with the uninterrupted weights."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.docker_engine import REPO, DockerJobs, Engine, docker_engine, torch_image
+
+# The first run on a machine builds the torch root filesystem (minutes) inside the first test's time.
+pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
+__all__ = ["docker_engine", "torch_image"]  # session fixtures used by the tests below
+
+STEPS = 60
+TRAIN = f"python3 include/train.py --steps {STEPS} --ckpt-every 10 --step-sleep 0.1 --log-every 5"
+
+
+@pytest.fixture
+def jobs(docker_engine: Engine, torch_image: str, tmp_path: Path) -> Iterator[DockerJobs]:
+    j = DockerJobs(docker_engine, tmp_path, torch_image)
+    # The job's code as a user would have it on the NAS: the sample scripts and the training helpers.
+    shutil.copytree(REPO / "include", j.code / "include")
+    (j.code / "hai_airflow").mkdir()
+    shutil.copy(REPO / "hai_airflow" / "__init__.py", j.code / "hai_airflow")
+    shutil.copytree(REPO / "hai_airflow" / "training", j.code / "hai_airflow" / "training")
+    try:
+        yield j
+    finally:
+        j.cleanup()
+
+
+def launch_in(jobs: DockerJobs, model: Path, resume: bool, **kw: Any) -> Any:
+    """A launch of the sample trainer writing to `model`, with the variables the server would set."""
+    base = jobs.launch(TRAIN, env={"PYTHONPATH": str(jobs.code), "PYTHONDONTWRITEBYTECODE": "1"}, **kw)
+    server_env = {
+        "HAI_MODEL_DIR": str(model),
+        "HAI_CHECKPOINT_DIR": str(model),
+        "HAI_RESUME": "1" if resume else "0",
+    }
+    return replace(base, env={**base.env, **server_env})
+
+
+def wait_for_checkpoint(jobs: DockerJobs, launch: Any, model: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(p.suffix == ".pt" and p.name != "final.pt" for p in model.glob("*")):
+        log = jobs.backend.read_log(launch.instance_id)
+        assert time.monotonic() < deadline, f"no checkpoint in {model}: {log}"
+        time.sleep(0.2)
+
+
+def metrics(model: Path) -> dict[str, Any]:
+    return dict(json.loads((model / "metrics.json").read_text()))
+
+
+def test_killed_and_elastic_suspensions_resume_to_the_uninterrupted_weights(
+    jobs: DockerJobs, tmp_path: Path
+) -> None:
+    # 1. The reference: one uninterrupted run.
+    ref_model = tmp_path / "model-ref"
+    ref = launch_in(jobs, ref_model, resume=False)
+    jobs.backend.start(ref)
+    ended = jobs.wait(ref.instance_id, timeout=240)
+    assert ended.exit_code == 0, ref.log_path.read_text()
+    reference = metrics(ref_model)
+    assert reference["resumed_from"] is None
+
+    # 2. Killed at once (a standalone job): it restarts from the last checkpoint it completed.
+    model = tmp_path / "model-killed"
+    first = launch_in(jobs, model, resume=False)
+    jobs.backend.start(first)
+    wait_for_checkpoint(jobs, first, model)
+    jobs.backend.stop(first.instance_id, grace_seconds=0, notice=False)
+    killed = jobs.wait(first.instance_id, timeout=60)
+    assert killed.exit_code == 137
+    assert not (model / "metrics.json").exists()
+    second = launch_in(jobs, model, resume=True)
+    jobs.backend.start(second)
+    ended = jobs.wait(second.instance_id, timeout=240)
+    assert ended.exit_code == 0, second.log_path.read_text()
+    resumed = metrics(model)
+    assert resumed["resumed_from"] and resumed["resumed_from"] > 0
+    assert resumed["weights_sha256"] == reference["weights_sha256"]
+
+    # 3. Elastic: told to save, it checkpoints and exits by itself with "saved on notice" (75).
+    model = tmp_path / "model-elastic"
+    first = launch_in(jobs, model, resume=False, elastic=True)
+    jobs.backend.start(first)
+    wait_for_checkpoint(jobs, first, model)
+    jobs.backend.stop(first.instance_id, grace_seconds=60, notice=True)
+    saved = jobs.wait(first.instance_id, timeout=90)
+    assert saved.exit_code == 75, first.log_path.read_text()
+    second = launch_in(jobs, model, resume=True, elastic=True)
+    jobs.backend.start(second)
+    ended = jobs.wait(second.instance_id, timeout=240)
+    assert ended.exit_code == 0, second.log_path.read_text()
+    resumed = metrics(model)
+    assert resumed["resumed_from"] and resumed["resumed_from"] > 0
+    assert resumed["weights_sha256"] == reference["weights_sha256"]
+
+
+def test_two_workers_train_together_over_torch_distributed(jobs: DockerJobs, tmp_path: Path) -> None:
+    model = tmp_path / "model-dist"
+    base = jobs.launch(
+        "python3 include/train_distributed.py --steps 20 --ckpt-every 10 --backend torch",
+        mode="distributed",
+        gpus=((0,), (1,)),
+        env={"PYTHONPATH": str(jobs.code), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    launch = replace(base, env={**base.env, "HAI_MODEL_DIR": str(model), "HAI_CHECKPOINT_DIR": str(model)})
+    jobs.backend.start(launch)
+    ended = jobs.wait(launch.instance_id, timeout=300)
+    log = launch.log_path.read_text()
+    assert ended.exit_code == 0, log
+    assert "[worker 0] done: " in log and "on 2 processes" in log  # only rank 0 reports
+    result = metrics(model)
+    assert (result["steps"], result["size"]) == (20, 2)
+    assert (model / "final-rank1.json").exists()  # rank 1 trained too, in its own container

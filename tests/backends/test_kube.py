@@ -1,0 +1,372 @@
+"""The kubernetes backend against a real kube-apiserver; the tests play kubelet (and the MPI Operator)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.base import Handle
+from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, KubeTest, kube_apiserver, wait_until
+
+pytestmark = [pytest.mark.kube, pytest.mark.slow]
+__all__ = ["kube_apiserver"]  # the session fixture used below
+
+NODES = {
+    "gpu-node-0": ({"hai.io/gpu-type": "V100"}, {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"}),
+    "gpu-node-1": (
+        {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+        {"nvidia.com/gpu": "4", "cpu": "64000m", "memory": "500Gi"},
+    ),
+    "cpu-node": ({}, {"cpu": "16", "memory": "64Gi"}),
+}
+
+
+@pytest.fixture(scope="session")
+def nodes(kube_apiserver: ApiServer) -> list[str]:
+    """Node objects as kubelets would register them (one of them cordoned)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(kube_apiserver.api_client(ADMIN_TOKEN))
+    for name, (labels, allocatable) in {**NODES, "cordoned": ({}, {"nvidia.com/gpu": "8"})}.items():
+        spec = {"unschedulable": name == "cordoned"}
+        core.create_node({"metadata": {"name": name, "labels": labels}, "spec": spec})
+        status = {"capacity": allocatable, "allocatable": allocatable}
+        core.patch_node_status(name, {"status": status})
+    return sorted(NODES)
+
+
+@pytest.fixture
+def kube(kube_apiserver: ApiServer, nodes: list[str], tmp_path: Path) -> Iterator[KubeTest]:
+    test = KubeTest(kube_apiserver, tmp_path, f"t-{uuid.uuid4().hex[:8]}")
+    try:
+        yield test
+    finally:
+        test.cleanup()
+
+
+def env_of(container: Any) -> dict[str, str]:
+    return {e.name: e.value for e in container.env}
+
+
+def wait_exit(backend: Any, instance_id: int, timeout: float = 10) -> Any:
+    ended: list[Any] = []
+    wait_until(lambda: ended, f"instance {instance_id}'s exit", timeout, lambda: ended.extend(backend.poll()))
+    assert [e.instance_id for e in ended] == [instance_id]
+    return ended[0]
+
+
+def test_inventory_reads_allocatable_gpus_and_the_gpu_type_labels(kube: KubeTest) -> None:
+    inventory = {n.name: n for n in kube.backend().inventory()}
+    assert "cordoned" not in inventory
+    assert (inventory["gpu-node-0"].gpu_type, inventory["gpu-node-0"].gpus) == ("V100", 8)
+    assert (inventory["gpu-node-0"].cpus, inventory["gpu-node-0"].memory_gb) == (32.0, 256.0)
+    # Without the platform's label, the GPU feature discovery label names the type.
+    assert (inventory["gpu-node-1"].gpu_type, inventory["gpu-node-1"].gpus) == ("A100", 4)
+    assert inventory["gpu-node-1"].cpus == 64.0
+    assert (inventory["cpu-node"].gpus, inventory["cpu-node"].gpu_type) == (0, "none")
+
+
+def test_standalone_job_is_one_pinned_pod_with_gpus_shm_storage_and_labels(kube: KubeTest) -> None:
+    backend = kube.backend()
+    launch = kube.launch(
+        gpus=((2, 5),), nodes=("gpu-node-0",), cpus=4, memory_gb=16, shm=512,
+        project_storage=(10111,), storages={10111: "pvc-project-10111"}, gpu_type="V100",
+        env={"EXTRA": "1"},
+    )  # fmt: skip
+    handle = backend.start(launch)
+    assert handle.data["pods"] == [f"hai-{launch.instance_id}-w0"]
+    pod = kube.pod(handle.data["pods"][0])
+    assert pod.metadata.labels == {
+        "hai.io/owner": "hai", "hai.io/job-id": str(launch.job_id),
+        "hai.io/instance-id": str(launch.instance_id), "hai.io/worker": "0",
+    }  # fmt: skip
+    assert pod.metadata.annotations["hai.io/task-name"] == launch.spec.task_name
+    spec = pod.spec
+    assert spec.restart_policy == "Never"
+    assert spec.termination_grace_period_seconds == 0
+    required = spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution
+    term = required.node_selector_terms[0]
+    assert (term.match_fields[0].key, term.match_fields[0].values) == ("metadata.name", ["gpu-node-0"])
+    assert spec.node_selector == {"hai.io/gpu-type": "V100"}
+    (main,) = spec.containers
+    assert main.resources.limits == {"nvidia.com/gpu": "2", "cpu": "4", "memory": "16Gi"}
+    assert main.resources.requests == main.resources.limits
+    assert main.image_pull_policy == "IfNotPresent"
+    assert main.working_dir == "/nas/code"
+    assert main.command == ["/bin/sh", "-c", "python3 train.py"]
+    volumes = {v.name: v for v in spec.volumes}
+    assert volumes["shm"].empty_dir.medium == "Memory" and volumes["shm"].empty_dir.size_limit == "512Mi"
+    assert volumes["storage-10111"].persistent_volume_claim.claim_name == "pvc-project-10111"
+    mounts = {v.name: v.mount_path for v in main.volume_mounts}
+    assert mounts["shm"] == "/dev/shm" and mounts["storage-10111"] == "/mnt/storage/10111"
+    env = env_of(main)
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # the device plugin's GPUs, numbered from 0
+    assert env["HAI_JOB_ID"] == str(launch.job_id) and env["EXTRA"] == "1"
+    assert env["HAI_PROJECT_STORAGE_10111"] == "/mnt/storage/10111"
+    assert env["HAI_PREEMPT_NOTICE"] == m.NOTICE_PATH
+    assert "RANK" not in env
+    assert [t.key for t in spec.tolerations if t.key == "nvidia.com/gpu"] == ["nvidia.com/gpu"]
+
+
+def test_pin_by_node_name_and_git_code_through_an_init_container(kube: KubeTest) -> None:
+    backend = kube.backend(pin="node_name", git_image="hai/git:1")
+    launch = kube.launch(
+        mode="cpu", gpus=((),), nodes=("cpu-node",), code_src="git",
+        code_path="https://git.example.com/team/model.git", git_branch="dev",
+    )  # fmt: skip
+    handle = backend.start(launch)
+    spec = kube.pod(handle.data["pods"][0]).spec
+    assert spec.node_name == "cpu-node" and spec.affinity is None
+    (init,) = spec.init_containers
+    assert init.image == "hai/git:1"
+    assert init.command[-4:] == ["dev", "--", "https://git.example.com/team/model.git", "/hai/code"]
+    assert spec.containers[0].working_dir == "/hai/code"
+    env = env_of(spec.containers[0])
+    assert "CUDA_VISIBLE_DEVICES" in env and not env["CUDA_VISIBLE_DEVICES"]  # a CPU job sees no GPU
+    assert spec.containers[0].resources is None or not spec.containers[0].resources.limits
+
+
+def test_the_watch_reports_exit_codes_and_the_pods_are_removed(kube: KubeTest) -> None:
+    backend = kube.backend()
+    ok, bad = kube.launch(), kube.launch()
+    h_ok, h_bad = backend.start(ok), backend.start(bad)
+    for h in (h_ok, h_bad):
+        kube.set_running(h.data["pods"][0])
+    assert backend.poll() == []
+    kube.set_terminated(h_bad.data["pods"][0], 3)
+    ended = wait_exit(backend, bad.instance_id)
+    assert (ended.exit_code, ended.reason, ended.lost) == (3, "exit code 3", False)
+    kube.set_terminated(h_ok.data["pods"][0], 0)
+    ended = wait_exit(backend, ok.instance_id)
+    assert (ended.exit_code, ended.reason) == (0, "completed")
+    wait_until(lambda: not kube.pods(), "pod removal")
+    # No kubelet serves logs here: the log says so instead of being silently empty.
+    assert "no log could be read" in backend.read_log(ok.instance_id)
+
+
+def test_an_invalid_image_fails_the_instance_at_once(kube: KubeTest) -> None:
+    backend = kube.backend()
+    launch = kube.launch(image="Not A Valid Image")
+    handle = backend.start(launch)
+    kube.set_waiting(handle.data["pods"][0], "InvalidImageName", "couldn't parse image reference")
+    ended = wait_exit(backend, launch.instance_id)
+    assert ended.exit_code is None and not ended.lost
+    assert "InvalidImageName" in ended.reason
+
+
+def test_suspend_of_a_standalone_job_deletes_its_pod_without_grace(kube: KubeTest) -> None:
+    backend = kube.backend(pin="node_name")
+    launch = kube.launch(nodes=("gpu-node-0",))
+    handle = backend.start(launch)
+    kube.set_running(handle.data["pods"][0])
+    wait_until(lambda: backend.poll() == [] and True, "the watch")
+    backend.stop(launch.instance_id, grace_seconds=0, notice=False)
+    # Grace 0 removes even a bound pod at once: nothing waits for the node.
+    assert kube.pods() == []
+    ended = wait_exit(backend, launch.instance_id)
+    assert ended.reason.startswith("stopped by the platform") and not ended.lost
+
+
+def test_elastic_suspend_annotates_and_deletes_with_the_grace_then_reports_the_exit(kube: KubeTest) -> None:
+    backend = kube.backend(pin="node_name")
+    launch = kube.launch(nodes=("gpu-node-0",), elastic=True, grace_seconds=45)
+    handle = backend.start(launch)
+    name = handle.data["pods"][0]
+    pod = kube.pod(name)
+    assert pod.spec.termination_grace_period_seconds == 45
+    pre_stop = pod.spec.containers[0].lifecycle.pre_stop._exec.command
+    assert m.NOTICE_PATH in pre_stop[-1]  # the kubelet writes the notice, then sends SIGTERM
+    kube.set_running(name)
+    wait_until(lambda: backend._pods.get(name) and backend._pods[name].running, "the watch to see Running")
+    backend.stop(launch.instance_id, grace_seconds=45, notice=True)
+    pod = kube.pod(name)
+    assert pod.metadata.deletion_timestamp is not None
+    assert pod.metadata.deletion_grace_period_seconds == 45
+    assert json.loads(pod.metadata.annotations[m.ANNOTATION_STOP])["notice"] is True
+    assert backend.poll() == []  # still terminating: no exit yet
+    # The kubelet: the job saved and exited 75 within the grace, then the pod goes.
+    kube.set_terminated(name, 75)
+    kube.force_delete(name)
+    ended = wait_exit(backend, launch.instance_id)
+    assert (ended.exit_code, ended.reason) == (75, "stopped by the platform (exit code 75)")
+
+
+def test_distributed_without_mpi_operator_is_a_gang_with_a_headless_service(kube: KubeTest) -> None:
+    backend = kube.backend()
+    launch = kube.launch(mode="distributed", gpus=((0, 1, 2, 3), (4, 5, 6, 7)), worker_image="img/worker:2")
+    handle = backend.start(launch)
+    iid = launch.instance_id
+    assert handle.data["kind"] == "pods" and handle.data["service"] == f"hai-{iid}"
+    service = kube.core.read_namespaced_service(f"hai-{iid}", kube.ns)
+    assert service.spec.cluster_ip == "None" and service.spec.publish_not_ready_addresses is True
+    assert service.spec.selector == {"hai.io/owner": "hai", "hai.io/job-id": str(launch.job_id),
+                                     "hai.io/instance-id": str(iid)}  # fmt: skip
+    for rank, name in enumerate(handle.data["pods"]):
+        pod = kube.pod(name)
+        assert (pod.spec.hostname, pod.spec.subdomain) == (name, f"hai-{iid}")
+        assert pod.spec.containers[0].image == "img/worker:2"
+        env = env_of(pod.spec.containers[0])
+        assert (env["RANK"], env["WORLD_SIZE"], env["HOROVOD_RANK"], env["HOROVOD_SIZE"]) == (
+            str(rank),
+            "2",
+            str(rank),
+            "2",
+        )
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == (f"hai-{iid}-w0.hai-{iid}", "29500")
+        assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_a_gang_not_fully_running_in_time_is_torn_down_and_requeued(kube: KubeTest) -> None:
+    backend = kube.backend(start_timeout_seconds=1.5)
+    launch = kube.launch(mode="distributed", gpus=((0,), (1,)))
+    handle = backend.start(launch)
+    kube.set_running(handle.data["pods"][0])
+    kube.set_waiting(handle.data["pods"][1], "ContainerCreating")
+    ended = wait_exit(backend, launch.instance_id)
+    assert ended.lost and ended.exit_code is None
+    assert "1 of 2 running" in ended.reason and "ContainerCreating" in ended.reason
+    wait_until(lambda: not kube.pods(), "pod removal")
+    assert kube.core.list_namespaced_service(kube.ns).items == []
+
+
+def test_a_failed_gang_worker_takes_the_others_down(kube: KubeTest) -> None:
+    backend = kube.backend()
+    launch = kube.launch(mode="distributed", gpus=((0,), (1,)))
+    handle = backend.start(launch)
+    w0, w1 = handle.data["pods"]
+    kube.set_running(w0)
+    kube.set_running(w1)
+    wait_until(lambda: backend._pods.get(w1) and backend._pods[w1].running, "the watch to see Running")
+    kube.set_terminated(w1, 9)
+    ended = wait_exit(backend, launch.instance_id)
+    assert (ended.exit_code, ended.reason) == (9, "worker 1 failed: exit code 9")
+    wait_until(lambda: not kube.pods(), "pod removal")
+
+
+def test_a_new_backend_reattaches_by_label_and_removes_what_no_handle_owns(kube: KubeTest) -> None:
+    first = kube.backend()
+    alive, gone, orphan = kube.launch(), kube.launch(), kube.launch()
+    h_alive, h_gone = first.start(alive), first.start(gone)
+    first.start(orphan)  # started, but the server died before recording it
+    first.close()
+    kube.force_delete(h_gone.data["pods"][0])
+    kube.set_running(h_alive.data["pods"][0])
+
+    restarted = kube.backend()
+    stored = [Handle(h.instance_id, json.loads(json.dumps(dict(h.data)))) for h in (h_alive, h_gone)]
+    lost = restarted.reattach(stored)
+    assert [(e.instance_id, e.lost) for e in lost] == [(gone.instance_id, True)]
+    assert [p.metadata.name for p in kube.pods()] == [h_alive.data["pods"][0]]
+    assert restarted.poll() == []
+    kube.set_terminated(h_alive.data["pods"][0], 0)
+    assert wait_exit(restarted, alive.instance_id).exit_code == 0
+
+
+def test_a_restart_picks_up_an_exit_that_happened_while_the_server_was_down(kube: KubeTest) -> None:
+    first = kube.backend()
+    launch = kube.launch()
+    handle = first.start(launch)
+    first.close()
+    kube.set_terminated(handle.data["pods"][0], 4)
+    restarted = kube.backend()
+    assert restarted.reattach([handle]) == []
+    assert wait_exit(restarted, launch.instance_id).exit_code == 4
+
+
+MPIJOB_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "mpijobs.kubeflow.org"},
+    "spec": {
+        "group": "kubeflow.org",
+        "scope": "Namespaced",
+        "names": {"plural": "mpijobs", "singular": "mpijob", "kind": "MPIJob", "listKind": "MPIJobList"},
+        "versions": [
+            {
+                "name": "v2beta1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+@pytest.fixture
+def mpi_crd(kube: KubeTest) -> Iterator[None]:
+    """The MPI Operator's CRD, registered for one test (the other tests see a cluster without it)."""
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(kube.admin_client)
+    ext.create_custom_resource_definition(MPIJOB_CRD)
+
+    def served() -> bool:
+        try:
+            kube.custom.get_api_resources("kubeflow.org", "v2beta1")
+            return True
+        except client.exceptions.ApiException:
+            return False
+
+    wait_until(served, "the MPIJob API to be served", timeout=30)
+    try:
+        yield
+    finally:
+        ext.delete_custom_resource_definition("mpijobs.kubeflow.org")
+        wait_until(lambda: not served(), "the MPIJob API to go", timeout=60)
+
+
+def mpijobs(kube: KubeTest) -> list[dict[str, Any]]:
+    listed = kube.custom.list_namespaced_custom_object(m.MPI_GROUP, m.MPI_VERSION, kube.ns, m.MPI_PLURAL)
+    return list(listed["items"])
+
+
+def test_distributed_with_the_mpi_operator_is_an_mpijob(kube: KubeTest, mpi_crd: None) -> None:
+    backend = kube.backend()
+    launch = kube.launch(
+        "python3 train_hvd.py", mode="distributed", gpus=((0, 1, 2, 3), (0, 1, 2, 3)),
+        nodes=("gpu-node-0", "gpu-node-1"), elastic=True,
+    )  # fmt: skip
+    handle = backend.start(launch)
+    iid = launch.instance_id
+    assert handle.data["kind"] == "mpijob" and kube.pods() == []
+    (job,) = mpijobs(kube)
+    assert job["metadata"]["name"] == f"hai-{iid}"
+    assert job["spec"]["slotsPerWorker"] == 4
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    assert replicas["Worker"]["replicas"] == 2 and replicas["Launcher"]["replicas"] == 1
+    launcher = replicas["Launcher"]["template"]["spec"]["containers"][0]
+    assert launcher["command"][:4] == ["mpirun", "--allow-run-as-root", "-np", "8"]
+    assert launcher["command"][-1] == "/bin/sh -c 'python3 train_hvd.py'"
+    worker = replicas["Worker"]["template"]["spec"]
+    assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    term = worker["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-node-0", "gpu-node-1"]
+    assert "podAntiAffinity" in worker["affinity"]  # one worker per node
+    assert worker["terminationGracePeriodSeconds"] == 60
+
+    # Playing the operator: it creates the launcher pod from the template, which keeps our labels.
+    template = replicas["Launcher"]["template"]
+    pod = {
+        "metadata": {
+            "name": f"hai-{iid}-launcher",
+            "labels": {**template["metadata"]["labels"], m.MPI_ROLE_LABEL: "launcher"},
+        },
+        "spec": template["spec"],
+    }
+    kube.core.create_namespaced_pod(kube.ns, pod)
+    kube.set_running(f"hai-{iid}-launcher")
+    time.sleep(0.3)
+    assert backend.poll() == []
+    kube.set_terminated(f"hai-{iid}-launcher", 0)
+    assert wait_exit(backend, iid).exit_code == 0
+    wait_until(lambda: not mpijobs(kube), "MPIJob removal")

@@ -1,0 +1,119 @@
+"""Every object the kubernetes backend sends validates strictly against Kubernetes' own schemas."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.base import Launch
+from hai_airflow.scheduling.model import WorkerPlacement
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
+
+VENV_VALIDATOR = Path(__file__).parents[2] / ".venv" / "bin" / "kubernetes-validate"
+VALIDATOR = shutil.which("kubernetes-validate") or str(VENV_VALIDATOR)
+SCHEMA_VERSIONS = ("1.25.0", "1.37.0")
+"""The oldest and newest Kubernetes releases the validator knows."""
+
+
+def launch(spec: Any, placement: tuple[WorkerPlacement, ...], **kw: Any) -> Launch:
+    return Launch(
+        job_id=7, instance_id=42, spec=spec, placement=placement,
+        env={"HAI_JOB_ID": "7", "HAI_INSTANCE_ID": "42"}, log_path=Path("/hai/42/output.log"),
+        work_dir=Path("/hai/42"), **kw,
+    )  # fmt: skip
+
+
+def standalone(**kw: Any) -> Launch:
+    spec = StandaloneJobSpec(
+        task_name="训练", code_path="/nas/u/proj", cmd="python3 train.py", resource_pkg=1, shm=1024,
+        project_storage=(10111, 10222), elastic=True, gpu_type="A100", **kw,
+    )  # fmt: skip
+    placement = (WorkerPlacement("node-a", (0, 1, 2, 3), cpus=16, memory_gb=128),)
+    return launch(spec, placement, storages={10111: "pvc-10111", 10222: "pvc-10222"})
+
+
+def distributed() -> Launch:
+    spec = DistributedJobSpec(
+        task_name="hvd", code_src="git", code_path="https://git.example.com/x.git", git_branch="main",
+        cmd="python3 train_hvd.py", workers=2, worker_resource_pkg=2, worker_image="img/w:1",
+    )  # fmt: skip
+    placement = tuple(WorkerPlacement(f"node-{i}", tuple(range(8)), cpus=64, memory_gb=512) for i in range(2))
+    return launch(spec, placement)
+
+
+def as_pod_template(name: str, template: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": name}, "template": template}
+
+
+def every_manifest() -> dict[str, dict[str, Any]]:
+    opts = m.KubernetesOptions(namespace="hai", nas_pvc="nas", image_pull_secrets=("regcred",))
+    pinned = m.KubernetesOptions(pin="node_name", service_account="hai-jobs")
+    cpu = launch(CpuJobSpec(task_name="prep", code_path="/nas/p", cmd="python3 prep.py"), ())
+    docs: dict[str, dict[str, Any]] = {
+        "standalone-pod": m.worker_pods(standalone(), opts)[0],
+        "standalone-pod-node-name": m.worker_pods(standalone(), pinned)[0],
+        "cpu-pod": m.worker_pods(cpu, opts)[0],
+        "gang-service": m.gang_service(distributed(), opts),
+    }
+    for i, pod in enumerate(m.worker_pods(distributed(), opts)):
+        docs[f"gang-pod-{i}"] = pod
+    job = m.mpijob(distributed(), opts)
+    # The MPIJob CRD's schema is not Kubernetes'; each replica's template is a core PodTemplate.
+    for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+        docs[f"mpijob-{role.lower()}"] = as_pod_template(f"mpijob-{role.lower()}", replica["template"])
+    subject = {"kind": "ServiceAccount", "name": "hai", "namespace": "hai"}
+    for doc in m.rbac("hai", subject):
+        docs[f"rbac-{doc['kind'].lower()}"] = doc
+    return docs
+
+
+Docs = dict[str, dict[str, Any]]
+
+
+def validate(tmp_path: Path, docs: Docs, version: str) -> subprocess.CompletedProcess[str]:
+    files = []
+    for name, doc in docs.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(json.dumps(doc))  # JSON is YAML
+        files.append(str(path))
+    return subprocess.run(
+        [VALIDATOR, "--strict", "-k", version, *files], capture_output=True, text=True, timeout=120
+    )
+
+
+needs_validator = pytest.mark.skipif(
+    not Path(VALIDATOR).exists(), reason="kubernetes-validate is not installed (dev extra)"
+)
+
+
+@needs_validator
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_every_manifest_passes_strict_validation(tmp_path: Path, version: str) -> None:
+    docs = every_manifest()
+    done = validate(tmp_path, docs, version)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(" passed for resource ") == len(docs)
+
+
+@needs_validator
+def test_strict_validation_would_catch_a_misspelt_field(tmp_path: Path) -> None:
+    pod = m.worker_pods(standalone(), m.KubernetesOptions())[0]
+    pod["spec"]["containers"][0]["workDir"] = "/nas"
+    done = validate(tmp_path, {"bad": pod}, SCHEMA_VERSIONS[-1])
+    assert done.returncode != 0 and "workDir" in done.stdout + done.stderr
+
+
+def test_rbac_yaml_is_the_rbac_rules_for_a_service_account() -> None:
+    text = m.rbac_yaml("ml", "hai-sa")
+    docs = [json.loads(part) for part in text.split("---\n") if part.strip()]
+    assert [d["kind"] for d in docs] == ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+    assert docs[1]["subjects"] == [{"kind": "ServiceAccount", "name": "hai-sa", "namespace": "ml"}]
+    verbs = {r["resources"][0]: r["verbs"] for r in docs[0]["rules"]}
+    assert set(verbs["pods"]) >= {"create", "delete", "watch", "list"}
+    assert verbs["pods/log"] == ["get"]
