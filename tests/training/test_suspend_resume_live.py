@@ -37,11 +37,6 @@ PREEMPT_AFTER = 15
 GRACE = 20
 TIMEOUT = 90.0
 
-SHELL_ISSUE = (
-    "the local backend signals the whole process group, so /bin/sh running `python3 train.py` as a "
-    "child dies of SIGTERM first; the supervisor records the shell's -15 and the backend SIGKILLs the "
-    "job before it can save and exit 75. Until that is fixed the command must `exec` python3."
-)
 
 # The image "local" is this interpreter's environment, so `python3` in a job is the one with torch.
 IMAGE = Path(sys.executable).parent.parent
@@ -333,7 +328,6 @@ def test_elastic_low_job_saves_on_notice_and_loses_no_step(
     elastic_job_loses_no_step(node8, tmp_path, jobs, exec_=True)
 
 
-@pytest.mark.xfail(reason=SHELL_ISSUE, strict=False)
 def test_elastic_low_job_started_through_a_shell_saves_on_notice(
     node8: LiveServer, tmp_path: Path, jobs: Jobs
 ) -> None:
