@@ -28,8 +28,15 @@ lint: install
 demo: install
 	$(PY) -m hai_airflow.demo
 
+# Benchmarks print figures; the README's table comes from them.
 bench: install
 	$(PY) benchmarks/plan_bench.py
+	$(PY) benchmarks/sim_bench.py
+	$(PY) benchmarks/server_bench.py
+	bash benchmarks/vs_slurm.sh 1000 16
+
+up: install
+	$(PY) -m hai_airflow.demo --up
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -341,7 +341,8 @@ class AsyncHaiClient:
         return JobDetailView.model_validate((await self._request("GET", f"{API}/jobs/{job_id}")).json())
 
     async def instances(self, job_id: int) -> list[InstanceView]:
-        return _INSTANCES.validate_python((await self._request("GET", f"{API}/jobs/{job_id}/instances")).json())
+        resp = await self._request("GET", f"{API}/jobs/{job_id}/instances")
+        return _INSTANCES.validate_python(resp.json())
 
     async def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
         params: dict[str, Any] = {"timeout": timeout}

@@ -1,0 +1,1 @@
+"""The `hai` command: submit, watch and steer training jobs from a shell."""

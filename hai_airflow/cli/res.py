@@ -1,0 +1,23 @@
+"""`hai res`: the resource packages a job can ask for, and how many of each could start now."""
+
+from __future__ import annotations
+
+from hai_airflow.cli.connection import JsonOption, ServerOption, connect
+from hai_airflow.cli.output import Column, emit
+
+PACKAGE_COLUMNS = (
+    Column("ID", lambda p: p.id, "right"),
+    Column("NAME", lambda p: p.name),
+    Column("GPU TYPE", lambda p: p.gpu_type),
+    Column("GPUS", lambda p: p.gpus, "right"),
+    Column("CPUS", lambda p: f"{p.cpus:g}", "right"),
+    Column("MEMORY", lambda p: f"{p.memory_gb:g} GB", "right"),
+    Column("STARTABLE NOW", lambda p: p.startable_now, "right"),
+)
+
+
+def res(server: ServerOption = None, as_json: JsonOption = False) -> None:
+    """List the resource packages (列出资源套餐); use an ID with --resource-pkg."""
+    with connect(server) as client:
+        packages = client.resource_packages()
+    emit(packages, PACKAGE_COLUMNS, as_json=as_json, empty="the server offers no resource packages")

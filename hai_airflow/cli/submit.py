@@ -1,0 +1,276 @@
+"""`hai submit`: the short form that picks the resource package for you (as a CPU stage's command)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+
+from hai_airflow.cli.connection import JsonOption, ServerOption, connect
+from hai_airflow.cli.create import submit_and_report
+from hai_airflow.cli.jobspec import (
+    ClientKeyOption,
+    CodeSrcOption,
+    ElasticOption,
+    EnvOption,
+    GitBranchOption,
+    GraceOption,
+    MaxScheduleOption,
+    ModelDirOption,
+    ModelIdOption,
+    ProjectIdOption,
+    ProjectStorageOption,
+    ShmOption,
+    build_spec,
+    join_command,
+    parse_env,
+)
+from hai_airflow.cli.output import usage_error
+from hai_airflow.spec import ResourcePackageView
+
+app = typer.Typer(
+    help="Submit a job in the short form: give GPUs and GPU type, hai picks the resource package.",
+    rich_markup_mode=None,
+    no_args_is_help=True,
+)
+
+SUBMIT_FLAGS = {
+    "task_name": "--name",
+    "code_path": "--code-dir",
+    "image": "--worker-image",
+    "worker_image": "--worker-image",
+    "resource_pkg": "--gpus",
+    "worker_resource_pkg": "--gpus",
+    "cmd": "CMD",
+    "grace_seconds": "--grace",
+    "memory_gb": "--memory",
+}
+CPU_FLAGS = {**SUBMIT_FLAGS, "image": "--image"}
+
+PLACEHOLDER_PACKAGE = 0
+"""Stands in for the package while the flags are checked, before the server is asked for the real one."""
+
+NameOption = Annotated[
+    str, typer.Option("--name", metavar="TEXT", help="Task name; Chinese and English both work.")
+]
+CodeDirOption = Annotated[
+    str,
+    typer.Option(
+        "--code-dir", metavar="TEXT", help="Code directory (the job starts cd'd there) or git repository."
+    ),
+]
+WorkerImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--worker-image", metavar="TEXT", help="Docker image of the job. Default: local (no container)."
+    ),
+]
+SubmitGpuTypeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--gpu-type", metavar="TEXT", help="GPU type, any case (v100, A100, p100, T4...). Default: any type."
+    ),
+]
+CommandArgument = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="CMD", help='Start command, quoted: "python3 train.py --lr 0.1" (or unquoted after --).'
+    ),
+]
+
+
+def smallest_package(
+    packages: Sequence[ResourcePackageView], gpus: int, gpu_type: str | None
+) -> ResourcePackageView | None:
+    """The smallest package holding at least `gpus` GPUs of `gpu_type` (any type when None).
+
+    Smallest means, in order: 1. fewest GPUs, 2. fewest CPUs, 3. least memory, 4. lowest id.
+    """
+    wanted = gpu_type.casefold() if gpu_type else None
+    fitting = [p for p in packages if p.gpus >= gpus and (wanted is None or p.gpu_type.casefold() == wanted)]
+    return min(fitting, key=lambda p: (p.gpus, p.cpus, p.memory_gb, p.id), default=None)
+
+
+def _package_for(
+    packages: Sequence[ResourcePackageView], gpus: int, gpu_type: str | None
+) -> ResourcePackageView:
+    if gpus < 1:
+        usage_error("--gpus must be 1 or more. For a job without GPUs use `hai submit cpu`")
+    package = smallest_package(packages, gpus, gpu_type)
+    if package is None:
+        offered = ", ".join(sorted({f"{p.gpus}x{p.gpu_type}" for p in packages if p.gpus})) or "none"
+        usage_error(
+            f"no resource package has {gpus} {gpu_type or ''} GPUs".replace("  ", " ")
+            + f" (offered: {offered}). Pick --gpus and --gpu-type from `hai res`"
+        )
+    return package
+
+
+def _common(
+    name: str,
+    code_dir: str,
+    command: list[str],
+    max_schedule: int,
+    code_src: str,
+    git_branch: str | None,
+    model_dir: str | None,
+    project_storage: str | None,
+    shm: int | None,
+    elastic: bool,
+    grace: int | None,
+    env: list[str] | None,
+    model_id: int | None,
+    project_id: int | None,
+) -> dict[str, Any]:
+    return {
+        "task_name": name,
+        "code_path": code_dir,
+        "cmd": join_command(command),
+        "max_schedule": max_schedule,
+        "code_src": code_src,
+        "git_branch": git_branch,
+        "model_dir": model_dir,
+        "project_storage": project_storage,
+        "shm": shm,
+        "elastic": elastic,
+        "grace_seconds": grace,
+        "env": parse_env(env),
+        "model_id": model_id,
+        "project_id": project_id,
+    }
+
+
+@app.command()
+def standalone(
+    name: NameOption,
+    code_dir: CodeDirOption,
+    command: CommandArgument,
+    gpus: Annotated[int, typer.Option("--gpus", metavar="INTEGER", help="GPUs on one machine.")] = 1,
+    gpu_type: SubmitGpuTypeOption = None,
+    worker_image: WorkerImageOption = None,
+    max_schedule: MaxScheduleOption = 0,
+    code_src: CodeSrcOption = "nas",
+    git_branch: GitBranchOption = None,
+    model_dir: ModelDirOption = None,
+    project_storage: ProjectStorageOption = None,
+    shm: ShmOption = None,
+    elastic: ElasticOption = False,
+    grace: GraceOption = None,
+    env: EnvOption = None,
+    model_id: ModelIdOption = None,
+    project_id: ProjectIdOption = None,
+    client_key: ClientKeyOption = None,
+    server: ServerOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Single-machine training on --gpus GPUs of --gpu-type. Prints `created task ID`.
+
+    \b
+    Example (the platform document's):
+    hai submit standalone --name=gpu-job --gpus=1 --worker-image=tensorflow/tensorflow:1.5.0-devel-gpu
+    --gpu-type=p100 --code-dir=/workspace/cpfs-data/tensorflow-sample-code "python3 train.py"
+    """
+    fields = _common(
+        name, code_dir, command, max_schedule, code_src, git_branch, model_dir,
+        project_storage, shm, elastic, grace, env, model_id, project_id,
+    )  # fmt: skip
+    fields |= {"image": worker_image, "resource_pkg": PLACEHOLDER_PACKAGE}
+    # Checked before asking the server, so a bad flag is reported as such even when it is down.
+    build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
+    with connect(server) as client:
+        package = _package_for(client.resource_packages(), gpus, gpu_type)
+    fields |= {"resource_pkg": package.id, "gpu_type": package.gpu_type}
+    spec = build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
+    submit_and_report(spec, client_key, server, as_json)
+
+
+@app.command()
+def distributed(
+    name: NameOption,
+    code_dir: CodeDirOption,
+    command: CommandArgument,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", metavar="INTEGER", help="Number of workers; total GPUs = workers x --gpus."
+        ),
+    ],
+    gpus: Annotated[
+        int, typer.Option("--gpus", metavar="INTEGER", help="GPUs per worker (8 = a whole machine).")
+    ] = 8,
+    gpu_type: SubmitGpuTypeOption = None,
+    worker_image: Annotated[
+        str | None,
+        typer.Option(
+            "--worker-image",
+            metavar="TEXT",
+            help="Image of every worker; it must have Horovod. Default: local (no container).",
+        ),
+    ] = None,
+    max_schedule: MaxScheduleOption = 0,
+    code_src: CodeSrcOption = "nas",
+    git_branch: GitBranchOption = None,
+    model_dir: ModelDirOption = None,
+    project_storage: ProjectStorageOption = None,
+    shm: ShmOption = None,
+    elastic: ElasticOption = False,
+    grace: GraceOption = None,
+    env: EnvOption = None,
+    model_id: ModelIdOption = None,
+    project_id: ProjectIdOption = None,
+    client_key: ClientKeyOption = None,
+    server: ServerOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Multi-machine Horovod training: --workers workers of --gpus GPUs each. Prints `created task ID`."""
+    fields = _common(
+        name, code_dir, command, max_schedule, code_src, git_branch, model_dir,
+        project_storage, shm, elastic, grace, env, model_id, project_id,
+    )  # fmt: skip
+    fields |= {
+        "image": worker_image,
+        "worker_image": worker_image,
+        "workers": workers,
+        "worker_resource_pkg": PLACEHOLDER_PACKAGE,
+    }
+    build_spec("distributed", fields, SUBMIT_FLAGS, "submit distributed")
+    with connect(server) as client:
+        package = _package_for(client.resource_packages(), gpus, gpu_type)
+    fields |= {"worker_resource_pkg": package.id, "gpu_type": package.gpu_type}
+    spec = build_spec("distributed", fields, SUBMIT_FLAGS, "submit distributed")
+    submit_and_report(spec, client_key, server, as_json)
+
+
+@app.command()
+def cpu(
+    name: NameOption,
+    code_dir: CodeDirOption,
+    command: CommandArgument,
+    cpus: Annotated[float, typer.Option("--cpus", metavar="FLOAT", help="CPU cores.")] = 1,
+    memory: Annotated[float, typer.Option("--memory", metavar="GB", help="Memory in GB.")] = 1,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", metavar="TEXT", help="Docker image. Default: local (no container)."),
+    ] = None,
+    max_schedule: MaxScheduleOption = 0,
+    code_src: CodeSrcOption = "nas",
+    git_branch: GitBranchOption = None,
+    model_dir: ModelDirOption = None,
+    project_storage: ProjectStorageOption = None,
+    shm: ShmOption = None,
+    env: EnvOption = None,
+    model_id: ModelIdOption = None,
+    project_id: ProjectIdOption = None,
+    client_key: ClientKeyOption = None,
+    server: ServerOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """A CPU stage (e.g. preprocessing) that holds no GPU; its command may end by submitting the GPU stage."""
+    fields = _common(
+        name, code_dir, command, max_schedule, code_src, git_branch, model_dir,
+        project_storage, shm, False, None, env, model_id, project_id,
+    )  # fmt: skip
+    fields |= {"image": image, "cpus": cpus, "memory_gb": memory}
+    spec = build_spec("cpu", fields, CPU_FLAGS, "submit cpu")
+    submit_and_report(spec, client_key, server, as_json)

@@ -1,0 +1,1 @@
+"""Airflow hooks for the hai platform."""

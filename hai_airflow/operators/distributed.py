@@ -1,0 +1,71 @@
+"""HaiDistributedTrainingOperator: multi-machine Horovod / torch.distributed training."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hai_airflow.operators.job import BaseHaiJobOperator, choose_package
+from hai_airflow.spec import DistributedJobSpec, JobSpec, ResourcePackageView
+
+
+class HaiDistributedTrainingOperator(BaseHaiJobOperator):
+    """Runs distributed training on hai: `workers` x the worker package's GPUs, started as a gang.
+
+    Takes every argument of :class:`~hai_airflow.operators.job.BaseHaiJobOperator`, and:
+
+    :param workers: number of workers (usually whole 8-GPU machines).
+    :param worker_resource_pkg: resource package of one worker; may be left out when
+        `gpus_per_worker` is given.
+    :param gpus_per_worker: GPUs per worker; picks or checks the package like `gpus` of the
+        standalone operator. Total GPUs = workers x GPUs per worker.
+    :param worker_image: image of each worker; default `image`.
+    :param gpu_type: GPU type; default the worker package's.
+    """
+
+    template_fields: Sequence[str] = (
+        *BaseHaiJobOperator.template_fields,
+        "workers",
+        "worker_resource_pkg",
+        "gpus_per_worker",
+        "worker_image",
+        "gpu_type",
+    )
+
+    def __init__(
+        self,
+        *,
+        workers: int | str,
+        worker_resource_pkg: int | str | None = None,
+        gpus_per_worker: int | str | None = None,
+        worker_image: str | None = None,
+        gpu_type: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.workers = workers
+        self.worker_resource_pkg = worker_resource_pkg
+        self.gpus_per_worker = gpus_per_worker
+        self.worker_image = worker_image
+        self.gpu_type = gpu_type
+        self._take_quota_pool()
+
+    def declared_gpus(self) -> int | None:
+        if isinstance(self.workers, int) and isinstance(self.gpus_per_worker, int):
+            return self.workers * self.gpus_per_worker
+        return None
+
+    def build_spec(self, packages: Sequence[ResourcePackageView]) -> JobSpec:
+        package = choose_package(
+            packages, self.worker_resource_pkg, self.gpus_per_worker, self.gpu_type, "worker_resource_pkg"
+        )
+        return DistributedJobSpec.model_validate(
+            {
+                **self.common_fields(),
+                "mode": "distributed",
+                "workers": self.workers,
+                "worker_resource_pkg": package,
+                "worker_image": self.worker_image or None,
+                "gpu_type": self.gpu_type or None,
+            }
+        )

@@ -1,0 +1,1 @@
+"""Airflow sensors for the hai platform."""

@@ -1,0 +1,395 @@
+"""The simulation loop: a virtual clock that replays a trace through the platform's own planner."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass
+
+from hai_airflow.scheduling import high_priority_allowed, plan
+from hai_airflow.scheduling.model import (
+    Admit,
+    Job,
+    Node,
+    Placement,
+    Reject,
+    Reservation,
+    Reserve,
+    RunState,
+    Snapshot,
+    Suspend,
+)
+from hai_airflow.sim.trace import Trace, TraceJob
+
+DEFAULT_CHECKPOINT_INTERVAL = 1800.0
+SETTLE_LIMIT = 10_000
+"""Planner cycles allowed at one instant before the simulation gives up as non-converging."""
+
+# Event kinds; simultaneous events are applied together before one planner cycle.
+_ARRIVE, _FINISH, _RELEASE, _TICK = 0, 1, 2, 3
+
+
+class SimulationError(RuntimeError):
+    """The planner asked for something impossible (double-booked GPUs, unknown job) or never settled."""
+
+
+@dataclass(slots=True)
+class JobOutcome:
+    """What happened to one job; the summary is computed from these alone."""
+
+    job: TraceJob
+    high: bool
+    """Ran as high priority (after the quota check at submission)."""
+    downgraded: bool
+    """Asked for high priority beyond its quota at submission, so ran as low."""
+    first_started_at: float | None = None
+    finished_at: float | None = None
+    rejected: str | None = None
+    suspensions: int = 0
+    lost_gpu_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    """GPU-seconds allocated to the job, lost work included."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimRun:
+    """The raw result of one simulation: per-job outcomes and the planner's wall-clock cost."""
+
+    policy: str
+    nodes: tuple[Node, ...]
+    outcomes: tuple[JobOutcome, ...]
+    cycle_seconds: tuple[float, ...]
+    wall_seconds: float
+
+
+@dataclass(slots=True)
+class _Live:
+    """Mutable simulation state of one submitted, unfinished job."""
+
+    out: JobOutcome
+    max_schedule: int
+    state: RunState = "PENDING"
+    work_kept: float = 0.0
+    run_started_at: float = 0.0
+    placement: Placement = ()
+    suspended_at: float | None = None
+    suspended_seconds: float = 0.0
+    last_checkpoint_at: float | None = None
+    generation: int = 0
+    """Bumped on every suspension so the run's pending events are recognised as stale."""
+
+
+class Simulator:
+    """Replays one trace under one policy.
+
+    A job's `cpus`/`memory_gb` are per worker. A suspended job keeps the work up to its last
+    checkpoint (one every `checkpoint_interval` seconds of each run; 0 = never checkpoints) or
+    all of it if elastic, and its GPUs are freed `suspend_delay` seconds after the decision.
+    The planner runs at every event time, or with `cycle_interval` > 0 only at multiples of it
+    (like a controller that plans on a timer), which trades admission-time precision for speed.
+
+    :param trace: nodes, jobs and quotas to replay.
+    :param policy: planner policy name (see `hai_airflow.scheduling.POLICIES`).
+    :param checkpoint_interval: seconds of runtime between checkpoints.
+    :param suspend_delay: seconds a suspended job keeps its GPUs (SUSPENDING) before they are free.
+    :param cycle_interval: seconds between planner cycles; 0 = at every event time.
+    """
+
+    def __init__(
+        self,
+        trace: Trace,
+        policy: str,
+        checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
+        suspend_delay: float = 0.0,
+        cycle_interval: float = 0.0,
+    ):
+        if min(checkpoint_interval, suspend_delay, cycle_interval) < 0:
+            raise ValueError("checkpoint_interval, suspend_delay and cycle_interval must be >= 0")
+        self.trace = trace
+        self.policy = policy
+        self.checkpoint_interval = checkpoint_interval
+        self.suspend_delay = suspend_delay
+        self.cycle_interval = cycle_interval
+        self._next_tick: float | None = None
+        self._nodes = {n.name: n for n in trace.nodes}
+        self._free: dict[str, set[int]] = {n.name: set(range(n.gpus)) for n in trace.nodes}
+        self._live: dict[int, _Live] = {}
+        self._views: dict[int, Job] = {}
+        self._waiting: set[int] = set()
+        self._high: set[int] = set()
+        self._reserved: dict[int, tuple[Reservation, ...]] = {}
+        self._reservations: tuple[Reservation, ...] = ()
+        self._events: list[tuple[float, int, int, int, int]] = []
+        self._checkpoints: list[tuple[float, int, int, int]] = []
+        """(due time, job id, generation, checkpoint number within the run)."""
+        self._seq = 0
+        self._outcomes: list[JobOutcome] = []
+        self._cycles: list[float] = []
+
+    # ---- running ---------------------------------------------------------------------------
+
+    def run(self) -> SimRun:
+        """Advance the clock event by event until nothing is left to happen."""
+        started = time.perf_counter()
+        for job in self.trace.jobs:
+            self._push(job.submit_time, _ARRIVE, job.id, 0)
+        by_id = {j.id: j for j in self.trace.jobs}
+        settle_at, settle_count = -1.0, 0
+        while self._events:
+            now = self._events[0][0]
+            ticked = False
+            while self._events and self._events[0][0] == now:
+                _, _, kind, job_id, generation = heapq.heappop(self._events)
+                if kind == _ARRIVE:
+                    self._arrive(by_id[job_id], now)
+                elif kind == _FINISH:
+                    self._finish(job_id, generation, now)
+                elif kind == _RELEASE:
+                    self._release(job_id, generation, now)
+                else:
+                    ticked = True
+                    self._next_tick = None
+            if not self._waiting:
+                continue
+            if self.cycle_interval > 0 and not ticked:
+                self._schedule_tick(now)
+                continue
+            settle_count = settle_count + 1 if now == settle_at else 1
+            settle_at = now
+            if settle_count > SETTLE_LIMIT:
+                raise SimulationError(f"the planner did not settle at t={now:g}s")
+            self._cycle(now)
+        return SimRun(
+            policy=self.policy,
+            nodes=self.trace.nodes,
+            outcomes=tuple(self._outcomes),
+            cycle_seconds=tuple(self._cycles),
+            wall_seconds=time.perf_counter() - started,
+        )
+
+    def _schedule_tick(self, now: float) -> None:
+        """Plan at the first timer tick at or after `now`, once however many events led up to it."""
+        # The epsilon keeps `now` on a tick from rounding up to the next one.
+        tick = max(now, math.ceil(now / self.cycle_interval - 1e-9) * self.cycle_interval)
+        if self._next_tick is None or tick < self._next_tick:
+            self._next_tick = tick
+            self._push(tick, _TICK, -1, 0)
+
+    def _push(self, at: float, kind: int, job_id: int, generation: int) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, self._seq, kind, job_id, generation))
+
+    def _cycle(self, now: float) -> None:
+        """1. bring checkpoints up to `now`; 2. snapshot; 3. plan (timed); 4. apply the decisions."""
+        self._refresh_checkpoints(now)
+        snapshot = Snapshot(
+            nodes=self.trace.nodes,
+            jobs=tuple(self._views.values()),
+            quota=self.trace.quota,
+            reservations=self._reservations,
+            policy=self.policy,
+        )
+        began = time.perf_counter()
+        decisions = plan(snapshot, now)
+        self._cycles.append(time.perf_counter() - began)
+        for decision in decisions:
+            if isinstance(decision, Admit):
+                self._admit(decision, now)
+            elif isinstance(decision, Suspend):
+                self._suspend(decision, now)
+            elif isinstance(decision, Reserve):
+                self._reserve(decision)
+            elif isinstance(decision, Reject):
+                self._reject(decision)
+
+    # ---- events ----------------------------------------------------------------------------
+
+    def _arrive(self, job: TraceJob, now: float) -> None:
+        high = job.max_schedule > 0
+        downgraded = high and not self._quota_allows(job)
+        max_schedule = 0 if downgraded else job.max_schedule
+        out = JobOutcome(job=job, high=max_schedule > 0, downgraded=downgraded)
+        self._outcomes.append(out)
+        live = _Live(out=out, max_schedule=max_schedule)
+        self._live[job.id] = live
+        self._waiting.add(job.id)
+        if out.high:
+            self._high.add(job.id)
+        self._show(live)
+
+    def _finish(self, job_id: int, generation: int, now: float) -> None:
+        live = self._live.get(job_id)
+        if live is None or live.generation != generation or live.state != "RUNNING":
+            return
+        live.out.finished_at = now
+        self._free_gpus(live, now)
+        self._forget(job_id)
+
+    def _release(self, job_id: int, generation: int, now: float) -> None:
+        live = self._live[job_id]
+        if live.generation != generation or live.state != "SUSPENDING":
+            return
+        self._free_gpus(live, now)
+        live.state = "SUSPENDED"
+        live.suspended_at = now
+        self._waiting.add(job_id)
+        self._show(live)
+
+    # ---- decisions -------------------------------------------------------------------------
+
+    def _admit(self, decision: Admit, now: float) -> None:
+        live = self._known(decision.job_id, decision)
+        if live.state not in ("PENDING", "SUSPENDED"):
+            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
+        self._take_gpus(live.out.job, decision)
+        if live.suspended_at is not None:
+            live.suspended_seconds += now - live.suspended_at
+            live.suspended_at = None
+        if live.out.first_started_at is None:
+            live.out.first_started_at = now
+        live.state = "RUNNING"
+        live.run_started_at = now
+        live.placement = decision.placement
+        self._waiting.discard(decision.job_id)
+        self._drop_reservation(decision.job_id)
+        remaining = live.out.job.duration - live.work_kept
+        self._push(now + remaining, _FINISH, decision.job_id, live.generation)
+        if self.checkpoint_interval > 0:
+            due = now + self.checkpoint_interval
+            heapq.heappush(self._checkpoints, (due, decision.job_id, live.generation, 1))
+        self._show(live)
+
+    def _suspend(self, decision: Suspend, now: float) -> None:
+        live = self._known(decision.job_id, decision)
+        if live.state != "RUNNING":
+            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not running")
+        job = live.out.job
+        ran = now - live.run_started_at
+        kept = ran if job.elastic else self._checkpointed(ran)
+        live.work_kept += kept
+        live.out.lost_gpu_seconds += (ran - kept) * job.total_gpus
+        live.out.suspensions += 1
+        live.generation += 1
+        live.state = "SUSPENDING"
+        self._push(now + self.suspend_delay, _RELEASE, decision.job_id, live.generation)
+        self._show(live)
+
+    def _reserve(self, decision: Reserve) -> None:
+        self._known(decision.job_id, decision)
+        self._reserved[decision.job_id] = tuple(
+            Reservation(decision.job_id, w.node, w.gpus) for w in decision.placement
+        )
+        self._reservations = tuple(r for rs in self._reserved.values() for r in rs)
+
+    def _reject(self, decision: Reject) -> None:
+        live = self._known(decision.job_id, decision)
+        if live.state not in ("PENDING", "SUSPENDED"):
+            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
+        live.out.rejected = decision.reason
+        self._forget(decision.job_id)
+
+    # ---- bookkeeping -----------------------------------------------------------------------
+
+    def _known(self, job_id: int, decision: object) -> _Live:
+        live = self._live.get(job_id)
+        if live is None:
+            raise SimulationError(f"{decision}: no such unfinished job")
+        return live
+
+    def _checkpoints_in(self, ran: float) -> int:
+        """How many periodic checkpoints a run that lasted `ran` seconds has written."""
+        if self.checkpoint_interval <= 0:
+            return 0
+        # The epsilon keeps a checkpoint due exactly now from being lost to float rounding.
+        return math.floor(ran / self.checkpoint_interval + 1e-9)
+
+    def _checkpointed(self, ran: float) -> float:
+        """Runtime saved by the periodic checkpoints of a run that lasted `ran` seconds."""
+        return self._checkpoints_in(ran) * self.checkpoint_interval
+
+    def _refresh_checkpoints(self, now: float) -> None:
+        """Advance `last_checkpoint_at` of running jobs that have checkpointed since the last cycle."""
+        interval = self.checkpoint_interval
+        while self._checkpoints and self._checkpoints[0][0] <= now:
+            _, job_id, generation, count = heapq.heappop(self._checkpoints)
+            live = self._live.get(job_id)
+            if live is None or live.generation != generation or live.state != "RUNNING":
+                continue
+            count = max(count, self._checkpoints_in(now - live.run_started_at))
+            live.last_checkpoint_at = live.run_started_at + count * interval
+            due = live.run_started_at + (count + 1) * interval
+            heapq.heappush(self._checkpoints, (due, job_id, generation, count + 1))
+            self._show(live)
+
+    def _take_gpus(self, job: TraceJob, decision: Admit) -> None:
+        if len(decision.placement) != job.workers:
+            raise SimulationError(f"{decision}: {job.workers} workers expected")
+        for worker in decision.placement:
+            free = self._free.get(worker.node)
+            if free is None:
+                raise SimulationError(f"{decision}: no node {worker.node!r}")
+            if len(worker.gpus) != job.gpus_per_worker or not free.issuperset(worker.gpus):
+                raise SimulationError(f"{decision}: GPUs {worker.gpus} on {worker.node} are not free")
+            if self._nodes[worker.node].gpu_type != job.gpu_type and job.gpu_type is not None:
+                raise SimulationError(f"{decision}: {worker.node} has no {job.gpu_type}")
+            free.difference_update(worker.gpus)
+
+    def _free_gpus(self, live: _Live, now: float) -> None:
+        for worker in live.placement:
+            self._free[worker.node].update(worker.gpus)
+        live.out.gpu_seconds += (now - live.run_started_at) * live.out.job.total_gpus
+        live.placement = ()
+
+    def _drop_reservation(self, job_id: int) -> None:
+        if self._reserved.pop(job_id, None) is not None:
+            self._reservations = tuple(r for rs in self._reserved.values() for r in rs)
+
+    def _forget(self, job_id: int) -> None:
+        del self._live[job_id]
+        del self._views[job_id]
+        self._waiting.discard(job_id)
+        self._high.discard(job_id)
+        self._drop_reservation(job_id)
+
+    def _show(self, live: _Live) -> None:
+        """Rebuild the planner's (immutable) view of a job after its state changed."""
+        job = live.out.job
+        holding = live.state in ("RUNNING", "SUSPENDING")
+        self._views[job.id] = Job(
+            id=job.id,
+            user=job.user,
+            group=job.group,
+            state=live.state,
+            max_schedule=live.max_schedule,
+            submitted_at=job.submit_time,
+            workers=job.workers,
+            gpus_per_worker=job.gpus_per_worker,
+            cpus_per_worker=job.cpus,
+            memory_gb_per_worker=job.memory_gb,
+            gpu_type=job.gpu_type,
+            started_at=live.run_started_at if holding else None,
+            placement=live.placement if holding else (),
+            suspended_seconds=live.suspended_seconds,
+            suspended_at=live.suspended_at,
+            preemptions=live.out.suspensions,
+            last_checkpoint_at=live.last_checkpoint_at,
+            elastic=job.elastic,
+        )
+
+    def _quota_allows(self, job: TraceJob) -> bool:
+        """The platform's submit-time check; only unfinished high-priority jobs count as usage."""
+        high_views = (self._views[i] for i in self._high)
+        verdict = high_priority_allowed(job.user, job.group, job.total_gpus, high_views, self.trace.quota)
+        return verdict.allowed
+
+
+def simulate(
+    trace: Trace,
+    policy: str,
+    checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
+    suspend_delay: float = 0.0,
+    cycle_interval: float = 0.0,
+) -> SimRun:
+    """Replay `trace` under `policy` until every job has finished or can go no further."""
+    return Simulator(trace, policy, checkpoint_interval, suspend_delay, cycle_interval).run()

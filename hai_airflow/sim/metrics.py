@@ -1,0 +1,109 @@
+"""Figures of one simulation run: throughput, utilisation, queueing, preemption cost, planner speed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.sim.engine import SimRun
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) of ascending values, interpolating linearly between ranks."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _figure(description: str) -> Any:
+    return Field(description=description)
+
+
+class SimSummary(BaseModel):
+    """What `hai sim` reports for one policy; None where no job contributes to a figure."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policy: str = _figure("Planner policy the trace was replayed under.")
+    jobs: int = _figure("Jobs in the trace.")
+    jobs_finished: int = _figure("Jobs that ran to completion.")
+    jobs_unfinished: int = _figure("Jobs still waiting when nothing else could happen.")
+    jobs_rejected: int = _figure("Jobs the planner refused as impossible on this cluster.")
+    downgraded_to_low: int = _figure("High-priority requests beyond quota at submission, run as low.")
+    high_jobs: int = _figure("Jobs that ran as high priority.")
+    makespan_s: float = _figure("Seconds from the first submission to the last completion.")
+    gpu_utilisation: float = _figure("Allocated GPU-seconds (lost work included) / all GPUs x makespan.")
+    high_queue_p50_s: float | None = _figure("High priority: median seconds from submission to first start.")
+    high_queue_p95_s: float | None = _figure("High priority: 95th percentile queueing seconds.")
+    high_queue_p99_s: float | None = _figure("High priority: 99th percentile queueing seconds.")
+    high_within_max_schedule: float | None = _figure(
+        "Share of high-priority jobs first started within their max_schedule hours."
+    )
+    low_queue_p50_s: float | None = _figure("Low priority: median seconds from submission to first start.")
+    low_queue_p95_s: float | None = _figure("Low priority: 95th percentile queueing seconds.")
+    jct_p50_s: float | None = _figure("Median job completion time (submission to completion), seconds.")
+    jct_p95_s: float | None = _figure("95th percentile job completion time, seconds.")
+    suspensions: int = _figure("Suspensions (preemptions) of low-priority jobs.")
+    lost_gpu_hours: float = _figure("GPU-hours of work thrown away by suspensions (since last checkpoint).")
+    planner_cycles: int = _figure("Calls to the planner.")
+    planner_ms_median: float | None = _figure("Median wall-clock milliseconds per planner call.")
+    planner_ms_max: float | None = _figure("Slowest planner call, milliseconds.")
+    wall_s: float = _figure("Wall-clock seconds the simulation took.")
+    jobs_per_wall_s: float = _figure("Simulated jobs per wall-clock second.")
+
+
+def summarize(run: SimRun) -> SimSummary:
+    outcomes = [o for o in run.outcomes if o.rejected is None]
+    finished = [o for o in outcomes if o.finished_at is not None]
+    high = [o for o in outcomes if o.high]
+    high_queue = sorted(
+        o.first_started_at - o.job.submit_time for o in high if o.first_started_at is not None
+    )
+    low_queue = sorted(
+        o.first_started_at - o.job.submit_time
+        for o in outcomes
+        if not o.high and o.first_started_at is not None
+    )
+    within = sum(
+        1
+        for o in high
+        if o.first_started_at is not None
+        and o.first_started_at - o.job.submit_time <= o.job.max_schedule * 3600
+    )
+    jct = sorted(o.finished_at - o.job.submit_time for o in finished if o.finished_at is not None)
+    first_submit = min((o.job.submit_time for o in run.outcomes), default=0.0)
+    makespan = max((o.finished_at for o in finished if o.finished_at is not None), default=first_submit)
+    makespan -= first_submit
+    capacity = sum(n.gpus for n in run.nodes) * makespan
+    cycles_ms = sorted(s * 1000 for s in run.cycle_seconds)
+    return SimSummary(
+        policy=run.policy,
+        jobs=len(run.outcomes),
+        jobs_finished=len(finished),
+        jobs_unfinished=len(outcomes) - len(finished),
+        jobs_rejected=len(run.outcomes) - len(outcomes),
+        downgraded_to_low=sum(o.downgraded for o in run.outcomes),
+        high_jobs=len(high),
+        makespan_s=makespan,
+        gpu_utilisation=sum(o.gpu_seconds for o in run.outcomes) / capacity if capacity else 0.0,
+        high_queue_p50_s=percentile(high_queue, 50),
+        high_queue_p95_s=percentile(high_queue, 95),
+        high_queue_p99_s=percentile(high_queue, 99),
+        high_within_max_schedule=within / len(high) if high else None,
+        low_queue_p50_s=percentile(low_queue, 50),
+        low_queue_p95_s=percentile(low_queue, 95),
+        jct_p50_s=percentile(jct, 50),
+        jct_p95_s=percentile(jct, 95),
+        suspensions=sum(o.suspensions for o in run.outcomes),
+        lost_gpu_hours=sum(o.lost_gpu_seconds for o in run.outcomes) / 3600,
+        planner_cycles=len(cycles_ms),
+        planner_ms_median=percentile(cycles_ms, 50),
+        planner_ms_max=cycles_ms[-1] if cycles_ms else None,
+        wall_s=run.wall_seconds,
+        jobs_per_wall_s=len(run.outcomes) / run.wall_seconds if run.wall_seconds > 0 else 0.0,
+    )

@@ -1,0 +1,1 @@
+"""Airflow triggers for the hai platform."""

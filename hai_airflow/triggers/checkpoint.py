@@ -1,0 +1,219 @@
+"""HaiCheckpointTrigger: waits for a checkpoint newer than a time or a step, of a job or in a path."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any, Literal
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.client import AsyncHaiClient, HaiError
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiAsyncHook, is_transient
+from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
+
+DEFAULT_PATTERN = "checkpoint-*"
+_UNFINISHED = ("*.tmp", "*.tmp-*", "*.temp", "*.partial", "*.part", "*.lock", ".*", "*~")
+
+
+@dataclass(frozen=True)
+class CheckpointSeen:
+    """A checkpoint file: where, its training step (from the name) and when it was written."""
+
+    path: str
+    step: int | None
+    saved_at: datetime | None
+
+
+def checkpoint_step(path: str) -> int | None:
+    """The step in a checkpoint's name: its last number (``checkpoint-00000120.pt`` -> 120)."""
+    numbers = re.findall(r"\d+", Path(path).name.split(".", 1)[0])
+    return int(numbers[-1]) if numbers else None
+
+
+def is_newer(seen: CheckpointSeen, newer_than: datetime | None, after_step: int | None) -> bool:
+    """A checkpoint counts when it is past every mark given (no marks: any checkpoint counts)."""
+    if after_step is not None and (seen.step is None or seen.step <= after_step):
+        return False
+    return newer_than is None or (seen.saved_at is not None and seen.saved_at > newer_than)
+
+
+def newest_in_path(path: str, pattern: str = DEFAULT_PATTERN) -> CheckpointSeen | None:
+    """The newest finished checkpoint at `path` (a file, or a directory searched with `pattern`)."""
+    root = Path(path)
+    if root.is_file():
+        files = [root]
+    elif root.is_dir():
+        files = [
+            f
+            for f in root.iterdir()
+            if f.is_file() and fnmatch(f.name, pattern) and not any(fnmatch(f.name, u) for u in _UNFINISHED)
+        ]
+    else:
+        return None
+    seen = [_seen(f) for f in files]
+    return max(
+        seen,
+        key=lambda s: (s.step if s.step is not None else -1, s.saved_at or datetime.min.replace(tzinfo=UTC)),
+        default=None,
+    )
+
+
+def _seen(file: Path) -> CheckpointSeen:
+    try:
+        saved_at: datetime | None = datetime.fromtimestamp(file.stat().st_mtime, tz=UTC)
+    except OSError:
+        saved_at = None
+    return CheckpointSeen(path=str(file), step=checkpoint_step(file.name), saved_at=saved_at)
+
+
+def job_checkpoint(job: JobView) -> CheckpointSeen | None:
+    """The newest checkpoint the server has recorded for the job."""
+    if not job.latest_checkpoint:
+        return None
+    return CheckpointSeen(
+        path=job.latest_checkpoint,
+        step=checkpoint_step(job.latest_checkpoint),
+        saved_at=job.latest_checkpoint_at,
+    )
+
+
+def parse_time(value: datetime | str | None) -> datetime | None:
+    """An aware datetime from a datetime or an ISO 8601 string (naive = UTC)."""
+    if value is None or value == "":
+        return None
+    when = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+class HaiCheckpointEvent(BaseModel):
+    """What :class:`HaiCheckpointTrigger` emits (dumped to a dict)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["found", "job_ended", "error"] = Field(
+        description="found: a newer checkpoint exists; job_ended: the job ended without one; "
+        "error: the trigger could not follow the job (see message)."
+    )
+    checkpoint: str | None = Field(default=None, description="Path of the checkpoint found.")
+    step: int | None = Field(default=None, description="Its step, read from the file name.")
+    saved_at: datetime | None = Field(default=None, description="When it was written.")
+    job_id: int | None = Field(default=None, description="The job watched, if any.")
+    job_state: JobState | None = Field(default=None, description="The job's state at the event.")
+    message: str = Field(default="", description="Why the trigger gave up (status error).")
+
+    @classmethod
+    def found(cls, seen: CheckpointSeen, job: JobView | None = None) -> HaiCheckpointEvent:
+        return cls(
+            status="found",
+            checkpoint=seen.path,
+            step=seen.step,
+            saved_at=seen.saved_at,
+            job_id=job.id if job else None,
+            job_state=job.state if job else None,
+        )
+
+
+class HaiCheckpointTrigger(BaseTrigger):
+    """Fires when a checkpoint newer than `newer_than` and past `after_step` appears.
+
+    With `job_id`, the checkpoint is the newest the server recorded for that job (or, when `path`
+    is given too, the newest file there), and the trigger also fires, with ``job_ended``, if the
+    job ends without one. With only `path`, it watches that file or directory.
+
+    :param job_id: the hai job whose checkpoints count.
+    :param path: a checkpoint file or a directory of them, on storage this machine mounts.
+    :param pattern: file-name glob of checkpoints inside a directory `path`.
+    :param newer_than: ISO 8601 time the checkpoint must be written after.
+    :param after_step: step the checkpoint must be past.
+    :param hai_conn_id: the Airflow connection to the hai server.
+    :param poll_interval: seconds between looks.
+    :param max_backoff: longest delay in seconds between reconnect attempts.
+    """
+
+    def __init__(
+        self,
+        job_id: int | None = None,
+        path: str | None = None,
+        pattern: str = DEFAULT_PATTERN,
+        newer_than: str | None = None,
+        after_step: int | None = None,
+        hai_conn_id: str = DEFAULT_CONN_ID,
+        poll_interval: float = 10.0,
+        max_backoff: float = 30.0,
+    ) -> None:
+        super().__init__()
+        if job_id is None and not path:
+            raise ValueError("HaiCheckpointTrigger needs `job_id` or `path`")
+        self.job_id = int(job_id) if job_id is not None else None
+        self.path = path or None
+        self.pattern = pattern
+        when = parse_time(newer_than)
+        self.newer_than = when.isoformat() if when else None
+        self.after_step = int(after_step) if after_step is not None else None
+        self.hai_conn_id = hai_conn_id
+        self.poll_interval = poll_interval
+        self.max_backoff = max_backoff
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "path": self.path,
+                "pattern": self.pattern,
+                "newer_than": self.newer_than,
+                "after_step": self.after_step,
+                "hai_conn_id": self.hai_conn_id,
+                "poll_interval": self.poll_interval,
+                "max_backoff": self.max_backoff,
+            },
+        )
+
+    def _wanted(self, seen: CheckpointSeen | None) -> bool:
+        return seen is not None and is_newer(seen, parse_time(self.newer_than), self.after_step)
+
+    async def _in_path(self) -> CheckpointSeen | None:
+        assert self.path is not None
+        return await asyncio.to_thread(newest_in_path, self.path, self.pattern)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.job_id is None:
+            while not self._wanted(seen := await self._in_path()):
+                await asyncio.sleep(self.poll_interval)
+            assert seen is not None
+            yield TriggerEvent(HaiCheckpointEvent.found(seen).model_dump(mode="json"))
+            return
+        hook = HaiAsyncHook(self.hai_conn_id)
+        async with await hook.get_conn() as client:
+            event = await self._watch_job(client, self.job_id)
+        yield TriggerEvent(event.model_dump(mode="json"))
+
+    async def _watch_job(self, client: AsyncHaiClient, job_id: int) -> HaiCheckpointEvent:
+        backoff = Backoff(self.max_backoff)
+        state: str | None = None
+        while True:
+            try:
+                # the long-poll doubles as the sleep between looks and wakes early when the job ends
+                job = await client.wait(job_id, since_state=state, timeout=self.poll_interval)
+            except HaiError as e:
+                if not is_transient(e):
+                    return HaiCheckpointEvent(status="error", job_id=job_id, message=e.message)
+                delay = backoff.next_delay()
+                self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
+                await asyncio.sleep(delay)
+                continue
+            backoff.reset()
+            state = job.state
+            seen = await self._in_path() if self.path else job_checkpoint(job)
+            if self._wanted(seen):
+                assert seen is not None
+                return HaiCheckpointEvent.found(seen, job)
+            if job.state in TERMINAL_STATES:
+                return HaiCheckpointEvent(status="job_ended", job_id=job.id, job_state=job.state)

@@ -1,0 +1,179 @@
+"""HaiJobTrigger: follows a hai job with the server's long-poll until it reaches a target state."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, Literal
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.client import AsyncHaiClient, HaiError
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiAsyncHook, is_transient
+from hai_airflow.spec import TERMINAL_STATES, JobState, JobView, PriorityClass
+
+LOG_TAIL_ATTEMPTS = 4
+JobEventStatus = Literal["success", "failed", "cancelled", "reached", "error"]
+
+
+class HaiJobEvent(BaseModel):
+    """What :class:`HaiJobTrigger` emits (dumped to a dict) and operators and sensors read back."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: JobEventStatus = Field(
+        description="success/failed/cancelled: the job ended so; reached: it is in a requested "
+        "non-final state; error: the trigger could not follow it (see message)."
+    )
+    job_id: int = Field(description="The hai job id.")
+    state: JobState | None = Field(default=None, description="The job's state when the event fired.")
+    reason: str | None = Field(default=None, description="The server's reason for that state.")
+    priority: PriorityClass | None = Field(default=None, description="high or low, as the job runs.")
+    instances: int = Field(default=0, description="How many times the job was started.")
+    preemptions: int = Field(default=0, description="How many times it was suspended for others.")
+    latest_checkpoint: str | None = Field(default=None, description="Newest checkpoint the server saw.")
+    log_tail: tuple[str, ...] = Field(default=(), description="Last lines of the newest instance's log.")
+    message: str = Field(default="", description="Why the trigger gave up (status error).")
+
+    @classmethod
+    def from_job(
+        cls, job: JobView, target_states: Iterable[str], log_tail: Iterable[str] = ()
+    ) -> HaiJobEvent:
+        return cls(
+            status=event_status(job.state, target_states),
+            job_id=job.id,
+            state=job.state,
+            reason=job.reason,
+            priority=job.priority,
+            instances=job.instances,
+            preemptions=job.preemptions,
+            latest_checkpoint=job.latest_checkpoint,
+            log_tail=tuple(log_tail),
+        )
+
+
+def event_status(state: str, target_states: Iterable[str]) -> JobEventStatus:
+    """A final state names its own status; any other requested state is `reached`."""
+    if state == "SUCCEEDED":
+        return "success"
+    if state == "FAILED":
+        return "failed"
+    if state == "CANCELLED":
+        return "cancelled"
+    if state in set(target_states):
+        return "reached"
+    raise ValueError(f"state {state} is neither final nor one of {sorted(target_states)}")
+
+
+def is_done(state: str, target_states: Iterable[str]) -> bool:
+    """Following a job ends at a requested state or at any final one."""
+    return state in TERMINAL_STATES or state in set(target_states)
+
+
+def describe_transition(job: JobView, previous: str | None) -> str:
+    """One log line for a state change, in words that tell a DAG author what happens next."""
+    text = f"hai job {job.id}: {previous} -> {job.state}" if previous else f"hai job {job.id} is {job.state}"
+    if job.reason:
+        text += f" ({job.reason})"
+    if job.state in ("SUSPENDING", "SUSPENDED"):
+        text += "; the task keeps waiting for it to resume and end"
+    return text
+
+
+class HaiJobTrigger(BaseTrigger):
+    """Waits, without tight polling, until a hai job reaches one of `target_states` or ends.
+
+    It long-polls ``GET /jobs/{id}/wait``, so it wakes on every state change and otherwise asks
+    once per `poll_timeout`. A suspension and the later resume are logged and waited through.
+    When the server cannot be reached (restart, network) it reconnects with a growing delay.
+
+    :param job_id: the hai job to follow.
+    :param hai_conn_id: the Airflow connection to the hai server.
+    :param target_states: states that end the wait besides the final ones (e.g. ``["RUNNING"]``).
+    :param poll_timeout: seconds one long-poll may wait on the server.
+    :param log_tail_lines: how many of the newest instance's last log lines the event carries.
+    :param cancel_on_kill: cancel the job when a user marks the deferred task failed or clears it.
+    :param max_backoff: longest delay in seconds between reconnect attempts.
+    """
+
+    def __init__(
+        self,
+        job_id: int,
+        hai_conn_id: str = DEFAULT_CONN_ID,
+        target_states: Iterable[str] = (),
+        poll_timeout: float = 30.0,
+        log_tail_lines: int = 20,
+        cancel_on_kill: bool = True,
+        max_backoff: float = 30.0,
+    ) -> None:
+        super().__init__()
+        self.job_id = int(job_id)
+        self.hai_conn_id = hai_conn_id
+        self.target_states = sorted(set(target_states))
+        self.poll_timeout = poll_timeout
+        self.log_tail_lines = log_tail_lines
+        self.cancel_on_kill = cancel_on_kill
+        self.max_backoff = max_backoff
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "hai_conn_id": self.hai_conn_id,
+                "target_states": self.target_states,
+                "poll_timeout": self.poll_timeout,
+                "log_tail_lines": self.log_tail_lines,
+                "cancel_on_kill": self.cancel_on_kill,
+                "max_backoff": self.max_backoff,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = HaiAsyncHook(self.hai_conn_id)
+        async with await hook.get_conn() as client:
+            event = await self._follow(client, hook)
+        yield TriggerEvent(event.model_dump(mode="json"))
+
+    async def _follow(self, client: AsyncHaiClient, hook: HaiAsyncHook) -> HaiJobEvent:
+        backoff = Backoff(self.max_backoff)
+        state: str | None = None
+        while True:
+            try:
+                job = await client.wait(self.job_id, since_state=state, timeout=self.poll_timeout)
+            except HaiError as e:
+                if not is_transient(e):
+                    return HaiJobEvent(status="error", job_id=self.job_id, message=e.message)
+                delay = backoff.next_delay()
+                self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
+                await asyncio.sleep(delay)
+                continue
+            backoff.reset()
+            if job.state != state:
+                self.log.info(describe_transition(job, state))
+                state = job.state
+            if is_done(job.state, self.target_states):
+                return HaiJobEvent.from_job(job, self.target_states, await self._log_tail(client, hook))
+
+    async def _log_tail(self, client: AsyncHaiClient, hook: HaiAsyncHook) -> list[str]:
+        """The log tail for the event; a few retries when the server is briefly away, then none."""
+        backoff = Backoff(self.max_backoff)
+        for attempt in range(LOG_TAIL_ATTEMPTS):
+            try:
+                return await hook.log_tail(client, self.job_id, self.log_tail_lines)
+            except HaiError as e:
+                if not is_transient(e) or attempt == LOG_TAIL_ATTEMPTS - 1:
+                    self.log.warning("could not read the log of hai job %s: %s", self.job_id, e.message)
+                    break
+                await asyncio.sleep(backoff.next_delay())
+        return []
+
+    async def on_kill(self) -> None:
+        """The user killed the deferred task: cancel the job unless `cancel_on_kill` is off."""
+        if not self.cancel_on_kill:
+            return
+        hook = HaiAsyncHook(self.hai_conn_id)
+        async with await hook.get_conn() as client:
+            job = await client.cancel(self.job_id)
+        self.log.info("cancelled hai job %s (now %s) because the task was killed", job.id, job.state)

@@ -1,0 +1,92 @@
+"""HaiQuotaTrigger: waits until the caller's high-priority quota covers a number of GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from pydantic import BaseModel, ConfigDict, Field
+
+from hai_airflow.client import HaiError
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiAsyncHook, is_transient
+
+
+class HaiQuotaEvent(BaseModel):
+    """What :class:`HaiQuotaTrigger` emits (dumped to a dict)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: Literal["allowed", "error"] = Field(
+        description="allowed: the quota covers the GPUs now; error: the check itself failed."
+    )
+    gpus: int = Field(description="The GPUs asked for.")
+    reason: str = Field(default="", description="The server's words on the quota, or the error.")
+
+
+class HaiQuotaTrigger(BaseTrigger):
+    """Asks the server every `poll_interval` seconds whether `gpus` high-priority GPUs fit the quota.
+
+    Quota frees when the caller's or the group's high-priority jobs end, which the server does not
+    announce, so this trigger polls; the interval is long because quota waits are long.
+
+    :param gpus: high-priority GPUs the job would hold.
+    :param hai_conn_id: the Airflow connection to the hai server.
+    :param poll_interval: seconds between checks.
+    :param max_backoff: longest delay in seconds between reconnect attempts.
+    """
+
+    def __init__(
+        self,
+        gpus: int,
+        hai_conn_id: str = DEFAULT_CONN_ID,
+        poll_interval: float = 15.0,
+        max_backoff: float = 60.0,
+    ) -> None:
+        super().__init__()
+        self.gpus = int(gpus)
+        self.hai_conn_id = hai_conn_id
+        self.poll_interval = poll_interval
+        self.max_backoff = max_backoff
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "gpus": self.gpus,
+                "hai_conn_id": self.hai_conn_id,
+                "poll_interval": self.poll_interval,
+                "max_backoff": self.max_backoff,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        hook = HaiAsyncHook(self.hai_conn_id)
+        backoff = Backoff(self.max_backoff)
+        said = ""
+        async with await hook.get_conn() as client:
+            while True:
+                try:
+                    check = await client.check_high_priority(self.gpus)
+                except HaiError as e:
+                    if not is_transient(e):
+                        yield TriggerEvent(
+                            HaiQuotaEvent(status="error", gpus=self.gpus, reason=e.message).model_dump()
+                        )
+                        return
+                    delay = backoff.next_delay()
+                    self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
+                    await asyncio.sleep(delay)
+                    continue
+                backoff.reset()
+                reason = str(check.get("reason") or "")
+                if check.get("allowed"):
+                    yield TriggerEvent(
+                        HaiQuotaEvent(status="allowed", gpus=self.gpus, reason=reason).model_dump()
+                    )
+                    return
+                if reason != said:
+                    self.log.info("waiting for high-priority quota for %s GPUs: %s", self.gpus, reason)
+                    said = reason
+                await asyncio.sleep(self.poll_interval)

@@ -1,0 +1,142 @@
+"""Every example DAG, run with `dag.test()` against a live `hai serve`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hai_airflow.spec import StandaloneJobSpec
+from tests.airflow.helpers import INCLUDE, REPO, load_dag, task_states, wait_for, xcom
+from tests.support.live_server import LiveServer
+
+EXAMPLE_DAGS = {"cpu_gpu_pipeline", "distributed_training", "hai_submit_training", "checkpoint_evaluation"}
+
+
+def test_dags_folder_imports_without_errors() -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert bag.import_errors == {}
+    assert set(bag.dag_ids) >= EXAMPLE_DAGS
+
+
+def test_cpu_gpu_pipeline(hai_conn: Callable[..., LiveServer], tmp_path: Path) -> None:
+    server = hai_conn()
+    dag = load_dag("cpu_gpu_pipeline")
+    run = dag.test(run_conf={"steps": 30, "ckpt_every": 10, "data_dir": str(tmp_path)})
+
+    assert task_states(run) == {"preprocess": "success", "train": "success", "evaluate": "success"}
+    result = xcom(run, "train")
+    metrics = xcom(run, "evaluate")
+    assert result["state"] == "SUCCEEDED" and result["priority"] == "low"
+    assert Path(result["metrics_path"]).parent.parent == tmp_path
+    assert metrics["steps"] == 30 and metrics["job_id"] == result["job_id"]
+    assert json.loads(Path(result["metrics_path"]).read_text())["loss"] == metrics["loss"]
+    with server.client() as client:
+        jobs = {j.task_name: j for j in client.jobs(all=True)}
+    assert jobs["cpu_gpu_pipeline.preprocess"].mode == "cpu"
+    assert jobs["cpu_gpu_pipeline.train"].gpus == 1
+    assert jobs["cpu_gpu_pipeline.train"].latest_checkpoint is not None
+    assert all(j.state == "SUCCEEDED" for j in jobs.values())
+
+
+def test_distributed_training(hai_conn: Callable[..., LiveServer], tmp_path: Path) -> None:
+    server = hai_conn()
+    dag = load_dag("distributed_training")
+    run = dag.test(run_conf={"steps": 20, "ckpt_every": 10, "data_dir": str(tmp_path)})
+
+    assert task_states(run) == {"train": "success", "report": "success"}
+    result = xcom(run, "train")
+    with server.client() as client:
+        job = client.job(result["job_id"])
+    assert (job.mode, job.workers, job.gpus) == ("distributed", 2, 2)
+    assert xcom(run, "report")["steps"] == 20
+
+
+def test_hai_submit_training_form_submits_a_standalone_job(hai_conn: Callable[..., LiveServer]) -> None:
+    server = hai_conn()
+    dag = load_dag("hai_submit_training")
+    form = {
+        "task_name": "网页提交 web-submit",
+        "mode": "standalone",
+        "image": "local",
+        "resource_pkg": 455,
+        "gpu_type": "V100",
+        "code_src": "nas",
+        "code_path": str(INCLUDE),
+        "cmd": "python3 train.py --steps 10 --ckpt-every 5",
+    }
+    run = dag.test(run_conf=form)
+
+    assert task_states(run) == {
+        "check_form": "success",
+        "submit_standalone": "success",
+        "submit_distributed": "skipped",
+    }
+    with server.client() as client:
+        (job,) = client.jobs(all=True)
+    assert (job.task_name, job.mode, job.gpus, job.state) == (
+        "网页提交 web-submit",
+        "standalone",
+        2,
+        "SUCCEEDED",
+    )
+    assert job.spec["resource_pkg"] == 455 and job.spec["code_path"] == str(INCLUDE)
+
+
+@pytest.mark.parametrize(
+    ("conf", "field"),
+    [
+        pytest.param({"task_name": "x" * 201}, "task_name", id="task name too long"),
+        pytest.param({"mode": "cluster"}, "mode", id="unknown mode"),
+        pytest.param({"resource_pkg": 999}, "resource_pkg", id="package not in the dropdown"),
+        pytest.param({"workers": 0}, "workers", id="no workers"),
+    ],
+)
+def test_hai_submit_training_form_is_validated(conf: dict[str, object], field: str) -> None:
+    from airflow.sdk.exceptions import ParamValidationError
+
+    with pytest.raises(ParamValidationError, match=f"param {field}"):
+        load_dag("hai_submit_training").test(run_conf=conf)
+
+
+def test_hai_submit_training_reports_the_platform_refusal(
+    hai_conn: Callable[..., LiveServer], capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = hai_conn()
+    run = load_dag("hai_submit_training").test(
+        run_conf={"code_path": str(INCLUDE), "resource_pkg": 454, "gpu_type": "A100"}
+    )
+
+    assert task_states(run)["submit_standalone"] == "failed"
+    assert "gpu_type A100 does not match resource package 454" in capfd.readouterr().out
+    with server.client() as client:
+        assert client.jobs(all=True) == []
+
+
+def test_checkpoint_evaluation_scores_each_new_checkpoint(hai_conn: Callable[..., LiveServer]) -> None:
+    server = hai_conn()
+    with server.client() as client:
+        job = client.submit(
+            StandaloneJobSpec(
+                task_name="long-training",
+                code_path=str(INCLUDE),
+                cmd="python3 train.py --steps 80 --ckpt-every 10 --keep 20 --step-sleep 0.15",
+                resource_pkg=454,
+            )
+        )
+        wait_for(client, job.id, lambda j: j.state == "RUNNING")
+        dag = load_dag("checkpoint_evaluation")
+        run = dag.test(run_conf={"job_id": job.id})
+        final = wait_for(client, job.id, lambda j: j.state == "SUCCEEDED", timeout=120)
+
+    states = task_states(run)
+    assert all(states[f"evaluate_{i}"] == "success" for i in (1, 2, 3)), states
+    scored = [xcom(run, f"evaluate_{i}") for i in (1, 2, 3)]
+    steps = [s["step"] for s in scored]
+    assert steps == sorted(set(steps)) and all(step % 10 == 0 for step in steps)
+    assert all(s["loss"] > 0 for s in scored)
+    assert final.latest_checkpoint is not None

@@ -1,0 +1,211 @@
+"""The plugin: the priority-weight strategy (registered, serialised, the platform's order) and the pools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from hai_airflow.airflow_plugin.listener import PoolSyncListener
+from hai_airflow.airflow_plugin.pools import POOL_NOTE, apply_pools, sync_pools
+from hai_airflow.airflow_plugin.priority import HaiPriorityWeightStrategy, declared_max_schedule, hai_weight
+from hai_airflow.cli.airflow_cmd import app
+from hai_airflow.operators.standalone import HaiStandaloneTrainingOperator
+from tests.airflow.helpers import load_dag, task_states
+from tests.support.live_server import LiveServer
+
+STRATEGY = "hai_airflow.airflow_plugin.priority.HaiPriorityWeightStrategy"
+
+
+@pytest.fixture
+def clean_pools() -> Iterator[Callable[[], dict[str, Any]]]:
+    """Reads the hai_* pools; removes them afterwards so tests do not see each other's."""
+    from airflow.models.pool import Pool
+    from airflow.utils.session import create_session
+
+    def read() -> dict[str, Any]:
+        with create_session() as session:
+            return {
+                p.pool: (p.slots, p.include_deferred)
+                for p in Pool.get_pools(session=session)
+                if p.pool.startswith("hai_")
+            }
+
+    yield read
+    with create_session() as session:
+        for pool in Pool.get_pools(session=session):
+            if pool.pool.startswith("hai_"):
+                session.delete(pool)
+
+
+# ---- the priority-weight strategy ------------------------------------------------------------
+
+
+def test_strategy_is_registered_by_the_plugin_entry_point() -> None:
+    from airflow import plugins_manager
+
+    assert plugins_manager.get_priority_weight_strategy_plugins()[STRATEGY] is HaiPriorityWeightStrategy
+    names = {p["name"]: p for p in plugins_manager.get_plugin_info()}
+    assert "hai" in names and "PoolSyncListener" in str(names["hai"]["listeners"])
+
+
+def test_strategy_survives_dag_serialisation() -> None:
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag = load_dag("hai_over_quota_wait")
+    encoded = DagSerialization.serialize_dag(dag)
+    json.dumps(encoded)
+    (task,) = DagSerialization.deserialize_dag(encoded).tasks
+    assert isinstance(task.weight_rule, HaiPriorityWeightStrategy)
+    assert task.hai_max_schedule == 4
+    assert (task.pool, task.pool_slots) == ("hai_vision", 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "params", "expected"),
+    [
+        pytest.param(4, {}, 4, id="literal"),
+        pytest.param("{{ params.max_schedule }}", {"max_schedule": 24}, 24, id="param default"),
+        pytest.param("{{ params['prio'] }}", {"prio": 0}, 0, id="param by key"),
+        pytest.param("{{ dag_run.conf['x'] }}", {}, None, id="anything else is unknown"),
+        pytest.param(None, {}, None, id="not a hai task"),
+    ],
+)
+def test_declared_max_schedule(value: object, params: dict[str, Any], expected: int | None) -> None:
+    from airflow.sdk import BaseOperator
+
+    task = BaseOperator(task_id="t", params=params)
+    task.hai_max_schedule = value  # type: ignore[attr-defined]
+    assert declared_max_schedule(task) == expected
+
+
+def test_weight_orders_by_the_platform_deadline_rule() -> None:
+    now = 1_800_000_000.0
+    urgent, relaxed, low = hai_weight(4, now), hai_weight(24, now), hai_weight(0, now)
+    assert urgent > relaxed > low == 0
+    # the same max_schedule asked later has a later deadline, so a lower weight
+    assert hai_weight(4, now) > hai_weight(4, now + 60)
+    # and still fits the int32 Airflow stores
+    assert all(-(2**31) <= w < 2**31 for w in (urgent, relaxed, low))
+
+
+def test_weights_airflow_stores_put_high_priority_tasks_first() -> None:
+    high = load_dag("hai_over_quota_wait").test(mark_success_pattern=".*")
+    low = load_dag("hai_deferred").test(mark_success_pattern=".*")
+    (high_ti,) = high.get_task_instances()
+    (low_ti,) = low.get_task_instances()
+    assert task_states(high) == {"train": "success"}
+    assert low_ti.priority_weight == 1
+    assert high_ti.priority_weight > 900_000_000
+
+
+# ---- pools ------------------------------------------------------------------------------------
+
+
+def test_operators_take_their_groups_pool_only_when_they_would_wait_for_quota() -> None:
+    def op(**kw: Any) -> HaiStandaloneTrainingOperator:
+        return HaiStandaloneTrainingOperator(
+            task_id="t", code_path="/c", cmd="x", resource_group="vision", **kw
+        )
+
+    assert (op(max_schedule=4, gpus=2).pool, op(max_schedule=4, gpus=2).pool_slots) == ("hai_vision", 2)
+    assert op(max_schedule=0, gpus=2).pool == "default_pool"
+    assert op(max_schedule=4, gpus=2, on_over_quota="downgrade").pool == "default_pool"
+    assert op(max_schedule="{{ params.p }}", gpus=2).pool == "default_pool"
+    assert op(max_schedule=4, gpus=2, pool="mine").pool == "mine"
+
+
+def test_sync_mirrors_every_group_quota(
+    hai_conn: Callable[..., LiveServer], clean_pools: Callable[[], dict]
+) -> None:
+    server = hai_conn()
+    first = {c.pool: c.action for c in sync_pools()}
+    assert first == {"hai_default": "created", "hai_vision": "created", "hai_nlp": "created"}
+    assert clean_pools() == {"hai_default": (-1, True), "hai_vision": (8, True), "hai_nlp": (16, True)}
+
+    with server.client() as admin:
+        admin.set_group_quota("vision", 4)
+    again = {c.pool: c.action for c in sync_pools()}
+    assert again == {"hai_default": "unchanged", "hai_vision": "updated", "hai_nlp": "unchanged"}
+    assert clean_pools()["hai_vision"] == (4, True)
+
+
+def test_sync_deletes_only_the_pools_it_made(hai_server: LiveServer, clean_pools: Callable[[], dict]) -> None:
+    from airflow.models.pool import Pool
+
+    Pool.create_or_update_pool("hai_gone", 3, POOL_NOTE.format(group="gone"), True)
+    Pool.create_or_update_pool("hai_handmade", 3, "made by a person", False)
+    with hai_server.client() as admin:
+        changes = apply_pools(admin.quotas())
+    assert {c.pool: c.action for c in changes}["hai_gone"] == "deleted"
+    assert "hai_gone" not in clean_pools() and "hai_handmade" in clean_pools()
+
+
+def test_cli_sync_pools(
+    hai_server: LiveServer, clean_pools: Callable[[], dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HAI_TOKEN", hai_server.token)
+    result = CliRunner().invoke(app, ["sync-pools", "--server", hai_server.url, "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["pool"]: r["slots"] for r in rows} == {"hai_default": -1, "hai_vision": 8, "hai_nlp": 16}
+    assert set(clean_pools()) == {"hai_default", "hai_vision", "hai_nlp"}
+
+    down = CliRunner().invoke(app, ["sync-pools", "--server", "http://127.0.0.1:9"])
+    assert down.exit_code == 1 and "Error:" in down.output
+
+
+def test_cli_sync_pools_through_an_airflow_connection(
+    hai_conn: Callable[..., LiveServer], clean_pools: Callable[[], dict]
+) -> None:
+    hai_conn("carol-token")  # a vision group admin sees her group only
+    result = CliRunner().invoke(app, ["sync-pools", "--conn-id", "hai_default", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [r["pool"] for r in json.loads(result.stdout)] == ["hai_vision"]
+
+
+def test_services_sync_pools_when_they_start(
+    hai_conn: Callable[..., LiveServer], clean_pools: Callable[[], dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow.jobs.job import Job
+
+    hai_conn()
+    listener = PoolSyncListener()
+    listener.on_starting(component=object())  # a task runner: not a service, nothing synced
+    assert clean_pools() == {}
+    listener.on_starting(component=Job())
+    assert clean_pools()["hai_vision"] == (8, True)
+
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HAI_DEFAULT", json.dumps({"conn_type": "hai", "host": "http://127.0.0.1:9"})
+    )
+    listener.on_starting(component=Job())  # unreachable server: logged, never raised
+
+
+# ---- provider metadata ------------------------------------------------------------------------
+
+
+def test_provider_info_is_valid_and_registers_the_connection_type() -> None:
+    import importlib.resources
+
+    import jsonschema
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    from hai_airflow.provider_info import get_provider_info
+
+    schema = json.loads((importlib.resources.files("airflow") / "provider_info.schema.json").read_text())
+    jsonschema.validate(get_provider_info(), schema)
+    hook = ProvidersManagerTaskRuntime().hooks["hai"]
+    assert hook is not None and hook.hook_class_name == "hai_airflow.hooks.hai.HaiHook"
+
+
+def test_plugins_folder_copy_stays_quiet_when_the_entry_point_loads_the_plugin() -> None:
+    import runpy
+
+    from tests.airflow.helpers import REPO
+
+    module = runpy.run_path(str(REPO / "plugins" / "hai_plugin.py"))
+    assert "HaiPlugin" not in module  # Airflow would otherwise register "hai" twice

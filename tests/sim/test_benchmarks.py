@@ -1,0 +1,56 @@
+"""The benchmark scripts run on tiny inputs (their figures are printed, never asserted on speed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def benchmarks_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+
+
+def test_sim_bench_prints_speed_and_the_comparison(benchmarks_on_path, capsys):
+    import sim_bench
+
+    sim_bench.main(["--jobs", "40", "--nodes", "4", "--cycle-intervals", "0,30", "--compare", "seed,fifo"])
+
+    out = capsys.readouterr().out
+    assert "trace: 40 jobs, 4 nodes, 32 GPUs" in out
+    assert "a cycle at every event time" in out and "a cycle every 30 s" in out
+    assert out.count("simulated jobs per wall-clock second") == 2
+    assert "lost GPU-hours" in out and "fifo" in out
+
+
+def test_vs_slurm_report_gives_ratios(benchmarks_on_path):
+    import vs_slurm_jobs
+
+    common = {"jobs": 10, "note": "n"}
+    slurm = {**common, "wall_s": 20.0, "submissions_per_s": 50.0, "latency_p50_s": 1.0, "latency_p95_s": 2.0}
+    hai = {**common, "wall_s": 10.0, "submissions_per_s": 100.0, "latency_p50_s": 0.5, "latency_p95_s": 3.0}
+
+    lines = vs_slurm_jobs.report(slurm, hai).splitlines()
+
+    assert lines[1].split()[-1] == "0.50"
+    assert lines[2].split()[-1] == "2.00"
+    assert lines[4].split()[-1] == "1.50"
+
+
+def test_slurm_jobcomp_lines_are_parsed(benchmarks_on_path, tmp_path):
+    import vs_slurm_jobs
+
+    path = tmp_path / "jobcomp.txt"
+    path.write_text(
+        "JobId=7 UserId=root(0) GroupId=root(0) Name=wrap JobState=COMPLETED Partition=bench "
+        "TimeLimit=UNLIMITED StartTime=2026-11-29T16:00:03 EndTime=2026-11-29T16:00:03 "
+        "NodeList=h NodeCnt=1 ProcCnt=1 WorkDir=/tmp SubmitTime=2026-11-29T16:00:01\n"
+    )
+
+    (entry,) = vs_slurm_jobs.read_jobcomp(path)
+
+    assert (entry["JobId"], entry["JobState"]) == ("7", "COMPLETED")
+    assert entry["SubmitTime"] == "2026-11-29T16:00:01"
