@@ -82,19 +82,22 @@ class FreeCapacity:
     def build(cls, nodes: Sequence[Node], used: Mapping[str, NodeUse] | None = None) -> FreeCapacity:
         """Index the nodes with what is `used` on each (by name) already taken away."""
         used = used or {}
+        types = tuple(sorted({n.gpu_type for n in nodes}))
+        top = max((n.gpus for n in nodes), default=0)
+        buckets: dict[str, list[list[int]]] = {t: [[] for _ in range(top + 1)] for t in types}
         free = []
         for i, n in enumerate(nodes):
-            gpus, cpus, memory_gb = used.get(n.name, ((), 0.0, 0.0))
-            taken = set(gpus)
-            free.append(NodeFree(n, i, [g for g in range(n.gpus) if g not in taken], n.cpus - cpus,
-                                 n.memory_gb - memory_gb))
-        types = tuple(sorted({n.gpu_type for n in nodes}))
-        cap = cls(free, {f.node.name: f for f in free}, types)
-        top = max((n.gpus for n in nodes), default=0)
-        cap.buckets = {t: [[] for _ in range(top + 1)] for t in types}
-        for f in free:
-            cap.buckets[f.node.gpu_type][len(f.gpus)].append(f.ordinal)
-        return cap
+            use = used.get(n.name)
+            if use is None:
+                f = NodeFree(n, i, list(range(n.gpus)), n.cpus - 0.0, n.memory_gb - 0.0)
+            else:
+                gpus, cpus, memory_gb = use
+                taken = gpus if isinstance(gpus, (set, frozenset)) else set(gpus)
+                f = NodeFree(n, i, [g for g in range(n.gpus) if g not in taken], n.cpus - cpus,
+                             n.memory_gb - memory_gb)
+            free.append(f)
+            buckets[n.gpu_type][len(f.gpus)].append(i)
+        return cls(free, {n.name: f for n, f in zip(nodes, free, strict=True)}, types, buckets)
 
     def _unlist(self, f: NodeFree) -> None:
         if not f.blocked:

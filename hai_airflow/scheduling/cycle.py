@@ -9,7 +9,6 @@ from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, raise_gua
 from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.model import (
     HOLDING,
-    WAITING,
     Admit,
     Decision,
     Hold,
@@ -17,6 +16,7 @@ from hai_airflow.scheduling.model import (
     Node,
     Placement,
     Reject,
+    Reservation,
     Reserve,
     Snapshot,
     Suspend,
@@ -32,7 +32,7 @@ from hai_airflow.scheduling.placement import (
     shortfall,
 )
 from hai_airflow.scheduling.policies import Policy
-from hai_airflow.scheduling.quota import high_gpus, judge
+from hai_airflow.scheduling.quota import high_gpus, over_quota
 from hai_airflow.scheduling.victims import VictimPool, find_victims
 
 
@@ -42,18 +42,20 @@ class Cycle:
 
     snapshot: Snapshot
     policy: Policy
+    now: float
     cap: FreeCapacity
     kinds: NodeKinds
-    victims: VictimPool
+    holding: list[Job]
     user_used: dict[str, int]
     group_used: dict[str, int]
-    holder_of: dict[tuple[str, int], Job]
     own_free: dict[int, dict[str, list[int]]]
     """Per waiting job, its reserved GPUs that are free now (kept out of everyone else's reach)."""
     own_held: dict[int, list[Job]]
     """Per waiting job, the jobs still holding some of its reserved GPUs."""
     precounted: set[int] = field(default_factory=set)
     """Waiting jobs whose GPUs are already in the quota usage (they hold a reservation)."""
+    pool: VictimPool | None = None
+    """Victim candidates, sorted only once a high job first needs them (most cycles never do)."""
     guard: Guard | None = None
     decisions: list[Decision] = field(default_factory=list)
     held: int = 0
@@ -64,18 +66,17 @@ class Cycle:
     """(shape, high) -> (capacity version, reason, blocked_by) of the last plain hold."""
 
     @classmethod
-    def start(cls, snapshot: Snapshot, policy: Policy, now: float) -> Cycle:
-        """Free capacity = nodes minus what holding jobs use minus GPUs reserved for waiting jobs."""
+    def start(cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job]) -> Cycle:
+        """Free capacity = nodes minus what holding jobs use minus GPUs reserved for `waiting` jobs."""
         holding = [j for j in snapshot.jobs if j.state in HOLDING]
-        holder_of, used = holders(snapshot.nodes, holding)
-        cap = FreeCapacity.build(snapshot.nodes, used)
-        waiting = {j.id for j in snapshot.jobs if j.state in WAITING}
+        cap = FreeCapacity.build(snapshot.nodes, node_use(snapshot.nodes, holding))
+        waiting_ids = {j.id for j in waiting}
+        reservations = [r for r in snapshot.reservations if r.job_id in waiting_ids and r.node in cap.by_name]
+        holder_of = gpu_holders(cap, holding, reservations) if reservations else {}
         own_free: dict[int, dict[str, list[int]]] = {}
         own_held: dict[int, list[Job]] = {}
-        for r in snapshot.reservations:
-            f = cap.by_name.get(r.node)
-            if r.job_id not in waiting or f is None:
-                continue
+        for r in reservations:
+            f = cap.by_name[r.node]
             f.reserved = True
             free = [g for g in dict.fromkeys(r.gpus) if g in f.gpus]
             cap.take(f, free, 0, 0)
@@ -86,11 +87,16 @@ class Cycle:
                     own_held[r.job_id].append(holder)
         # A job with a reservation already has GPUs set aside (victims were suspended for it), so
         # it counts against quota like a running job; otherwise others could use up the quota first.
-        reserving = [j for j in snapshot.jobs if j.id in own_free or j.id in own_held]
+        reserving = [j for j in waiting if j.id in own_free or j.id in own_held]
         user_used, group_used = high_gpus([*holding, *reserving])
-        return cls(snapshot, policy, cap, node_kinds(snapshot.nodes),
-                   VictimPool.build(holding, cap, policy, now), user_used, group_used,
-                   holder_of, own_free, own_held, precounted={j.id for j in reserving})
+        return cls(snapshot, policy, now, cap, node_kinds(snapshot.nodes), holding, user_used, group_used,
+                   own_free, own_held, precounted={j.id for j in reserving})
+
+    @property
+    def victims(self) -> VictimPool:
+        if self.pool is None:
+            self.pool = VictimPool.build(self.holding, self.cap, self.policy, self.now)
+        return self.pool
 
     # ---- the steps for one waiting job, in order -------------------------------------------------
 
@@ -104,10 +110,10 @@ class Cycle:
         high = job.max_schedule > 0
         if high:
             own = job.total_gpus if job.id in self.precounted else 0
-            verdict = judge(job.user, job.group, job.total_gpus, self.user_used.get(job.user, 0) - own,
-                            self.group_used.get(job.group, 0) - own, self.snapshot.quota)
-            if not verdict.allowed:
-                self.hold(job, verdict.reason)
+            over = over_quota(job.user, job.group, job.total_gpus, self.user_used.get(job.user, 0) - own,
+                              self.group_used.get(job.group, 0) - own, self.snapshot.quota)
+            if over is not None:
+                self.hold(job, over)
                 return
         plain = job.id not in self.own_free and job.id not in self.own_held
         if plain:
@@ -246,24 +252,37 @@ class Cycle:
         self.decisions.append(Hold(job.id, reason, self.held, blocked_by))
 
 
-def holders(
-    nodes: tuple[Node, ...], holding: list[Job]
-) -> tuple[dict[tuple[str, int], Job], dict[str, NodeUse]]:
-    """Who holds each GPU, and what is in use per node (unknown nodes, bad or doubly held GPUs skipped)."""
-    size = {n.name: n.gpus for n in nodes}
-    holder_of: dict[tuple[str, int], Job] = {}
-    used: dict[str, tuple[set[int], float, float]] = {}
+def node_use(nodes: tuple[Node, ...], holding: list[Job]) -> dict[str, NodeUse]:
+    """What is in use per node (unknown nodes skipped; bad GPU indices are dropped by the index)."""
+    known = {n.name for n in nodes}
+    used: dict[str, tuple[set[int], list[float]]] = {}
     for job in holding:
         for w in job.placement:
-            if w.node not in size:
-                continue
-            gpus, cpus, memory_gb = used.get(w.node, (set(), 0.0, 0.0))
-            for g in w.gpus:
-                if 0 <= g < size[w.node] and (w.node, g) not in holder_of:
-                    holder_of[(w.node, g)] = job
-                    gpus.add(g)
-            used[w.node] = (gpus, cpus + w.cpus, memory_gb + w.memory_gb)
-    return holder_of, dict(used)
+            use = used.get(w.node)
+            if use is None:
+                if w.node not in known:
+                    continue
+                use = used[w.node] = (set(), [0.0, 0.0])
+            use[0].update(w.gpus)
+            use[1][0] += w.cpus
+            use[1][1] += w.memory_gb
+    return {n: (gpus, sums[0], sums[1]) for n, (gpus, sums) in used.items()}
+
+
+def gpu_holders(
+    cap: FreeCapacity, holding: list[Job], reservations: list[Reservation]
+) -> dict[tuple[str, int], Job]:
+    """Who holds each reserved GPU: the first holding job placed on it (bad GPU indices skipped)."""
+    wanted = {(r.node, g) for r in reservations for g in r.gpus if 0 <= g < cap.by_name[r.node].node.gpus}
+    nodes = {n for n, _ in wanted}
+    holder_of: dict[tuple[str, int], Job] = {}
+    for job in holding:
+        for w in job.placement:
+            if w.node in nodes:
+                for g in w.gpus:
+                    if (w.node, g) in wanted and (w.node, g) not in holder_of:
+                        holder_of[(w.node, g)] = job
+    return holder_of
 
 
 def on_reserved(cap: FreeCapacity, shape: Shape, nodes: list[tuple[NodeFree, list[int]]]) -> Placement | None:

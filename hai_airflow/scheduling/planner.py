@@ -24,8 +24,10 @@ def plan(snapshot: Snapshot, now: float) -> list[Decision]:
     policy = POLICIES.get(snapshot.policy)
     if policy is None:
         raise ValueError(f"unknown scheduling policy {snapshot.policy!r}; choose one of {sorted(POLICIES)}")
-    cycle = Cycle.start(snapshot, policy, now)
-    queue = sorted((j for j in snapshot.jobs if j.state in WAITING), key=lambda j: policy.queue_key(j, now))
-    for job in queue:
+    waiting = [j for j in snapshot.jobs if j.state in WAITING]
+    if not waiting:
+        return []
+    cycle = Cycle.start(snapshot, policy, now, waiting)
+    for job in sorted(waiting, key=lambda j: policy.queue_key(j, now)):
         cycle.decide(job)
     return cycle.decisions

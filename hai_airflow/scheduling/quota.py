@@ -31,22 +31,31 @@ def high_gpus(jobs: Iterable[Job]) -> tuple[dict[str, int], dict[str, int]]:
     return per_user, per_group
 
 
+def over_quota(user: str, group: str, gpus: int, user_used: int, group_used: int, quota: Quota) -> str | None:
+    """High priority is allowed while usage plus `gpus` stays within the user's and the group's limit;
+    says which limit it would break, else None."""
+    user_limit = quota.users.get(user)
+    if user_limit is not None and user_used + gpus > user_limit:
+        return f"over your high-priority quota ({user_used + gpus}/{user_limit} GPUs)"
+    group_limit = quota.groups.get(group)
+    if group_limit is not None and group_used + gpus > group_limit:
+        return f"over group {group}'s high-priority quota ({group_used + gpus}/{group_limit} GPUs)"
+    return None
+
+
 def judge(user: str, group: str, gpus: int, user_used: int, group_used: int, quota: Quota) -> QuotaVerdict:
-    """High priority is allowed while usage plus `gpus` stays within the user's and the group's limit."""
+    """The quota rule (`over_quota`) with the usage and limits it was judged on."""
     user_limit = quota.users.get(user)
     group_limit = quota.groups.get(group)
     user_total, group_total = user_used + gpus, group_used + gpus
-    if user_limit is not None and user_total > user_limit:
-        reason = f"over your high-priority quota ({user_total}/{user_limit} GPUs)"
-    elif group_limit is not None and group_total > group_limit:
-        reason = f"over group {group}'s high-priority quota ({group_total}/{group_limit} GPUs)"
-    else:
-        yours = f"yours {user_total}/{user_limit} GPUs" if user_limit is not None else "no personal limit"
-        theirs = f"group {group} {group_total}/{group_limit} GPUs" if group_limit is not None else (
-            f"group {group} unlimited")
-        return QuotaVerdict(True, f"within quota ({yours}, {theirs})", user_total, user_limit,
-                            group_total, group_limit)
-    return QuotaVerdict(False, reason, user_total, user_limit, group_total, group_limit)
+    over = over_quota(user, group, gpus, user_used, group_used, quota)
+    if over is not None:
+        return QuotaVerdict(False, over, user_total, user_limit, group_total, group_limit)
+    yours = f"yours {user_total}/{user_limit} GPUs" if user_limit is not None else "no personal limit"
+    theirs = f"group {group} {group_total}/{group_limit} GPUs" if group_limit is not None else (
+        f"group {group} unlimited")
+    return QuotaVerdict(True, f"within quota ({yours}, {theirs})", user_total, user_limit,
+                        group_total, group_limit)
 
 
 def high_priority_allowed(
