@@ -169,7 +169,9 @@ def test_submit_page_through_the_rest_api(airflow_services: AirflowServices, hai
         "gpu_type": "V100",
         "code_src": "nas",
         "code_path": str(INCLUDE),
-        "cmd": "python3 train.py --steps 20 --ckpt-every 10",
+        # Long enough (about 14 s) that the deferral outlasts the ~10 s window in which Airflow's
+        # LocalExecutor can wrongly fail a task that resumes from a short deferral (apache/airflow #71580).
+        "cmd": "python3 train.py --steps 20 --ckpt-every 10 --step-sleep 0.7",
     }
     created = api.post(f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": form})
     assert created.status_code == 200, created.text

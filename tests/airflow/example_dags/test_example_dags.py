@@ -124,7 +124,9 @@ def test_checkpoint_evaluation_scores_each_new_checkpoint(hai_conn: Callable[...
             StandaloneJobSpec(
                 task_name="long-training",
                 code_path=str(INCLUDE),
-                cmd="python3 train.py --steps 80 --ckpt-every 10 --keep 20 --step-sleep 0.15",
+                # Slow enough (about 30 s) that three evaluations, each importing torch, fit in it on
+                # a loaded machine; otherwise the last round rightly finds no newer checkpoint.
+                cmd="python3 train.py --steps 60 --ckpt-every 10 --keep 20 --step-sleep 0.5",
                 resource_pkg=454,
             )
         )
