@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from typer._click.exceptions import BadParameter, MissingParameter, NoSuchOption, UsageError
 
 from hai_airflow.spec import WorkerPlacementView
 
@@ -93,6 +95,49 @@ def fail(message: str, code: int = 1) -> NoReturn:
 def usage_error(message: str) -> NoReturn:
     """Bad flags or input: exit 2."""
     fail(message, 2)
+
+
+def usage_problem(error: UsageError) -> str:
+    """typer's own usage error (bad value, missing or unknown flag) as `what failed`, naming the flag."""
+    if isinstance(error, MissingParameter):
+        kind = error.param_type or (error.param.param_type_name if error.param is not None else "parameter")
+        flag = _flag(error)
+        text = f"missing {kind} {flag}" if flag else f"missing {kind}"
+        return f"{text}: {_sentence(error.message)}" if error.message else text
+    if isinstance(error, BadParameter):
+        flag = _flag(error)
+        problem = _sentence(error.message.removeprefix("Value error, "))
+        value, one_of, choices = problem.partition(" is not one of ")
+        if one_of:
+            problem = value + one_of + ", ".join(choice.strip("'") for choice in choices.split(", "))
+        return f"invalid value for {flag}: {problem}" if flag else f"invalid value: {problem}"
+    if isinstance(error, NoSuchOption):
+        text = f"no such option {error.option_name}"
+        if error.possibilities:
+            text += f" (did you mean {' or '.join(sorted(error.possibilities))}?)"
+        return text
+    # Click quotes flags ('--mode'); the rest of the CLI names them bare.
+    return re.sub(r"'(-[^' ]+)'", r"\1", _sentence(error.format_message()))
+
+
+def _flag(error: BadParameter) -> str:
+    if error.param_hint is not None:
+        hints = [error.param_hint] if isinstance(error.param_hint, str) else list(error.param_hint)
+        return " / ".join(hint.strip("'") for hint in hints)
+    param = error.param
+    if param is None:
+        return ""
+    if param.param_type_name == "option" and param.opts:
+        # The first long spelling: `--instance-id`, not its `--instance_id` alias.
+        return next((opt for opt in param.opts if opt.startswith("--")), param.opts[0])
+    return param.get_error_hint().strip("'")
+
+
+def _sentence(text: str) -> str:
+    """A message as the middle of our `Error:` line: lower-case start, no final stop."""
+    text = text.strip().rstrip(".")
+    # Only a capitalised word is lowered; `GPU ...` stays as it is.
+    return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
 def _print_tables(tables: Sequence[Table]) -> None:

@@ -36,7 +36,7 @@ def over_quota(user: str, group: str, gpus: int, user_used: int, group_used: int
     says which limit it would break, else None."""
     user_limit = quota.users.get(user)
     if user_limit is not None and user_used + gpus > user_limit:
-        return f"over your high-priority quota ({user_used + gpus}/{user_limit} GPUs)"
+        return f"over your high-priority quota ({user_used + gpus}/{user_limit} GPUs in group {group})"
     group_limit = quota.groups.get(group)
     if group_limit is not None and group_used + gpus > group_limit:
         return f"over group {group}'s high-priority quota ({group_used + gpus}/{group_limit} GPUs)"

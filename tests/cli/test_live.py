@@ -213,7 +213,7 @@ def test_over_quota_high_priority_is_refused_with_the_fix(
         assert over.exit_code == 1, over.output
         line = over.stderr.strip()
         assert line.startswith("Error: ") and "\n" not in line
-        assert "over your high-priority quota (2/1 GPUs)" in line
+        assert "over your high-priority quota (2/1 GPUs in group vision)" in line
         assert "Submit with --max-schedule 0 for low priority, or ask your group admin" in line
         assert over.stdout == ""
         low = hai(

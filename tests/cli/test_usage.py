@@ -148,21 +148,75 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(
 
 
 @pytest.mark.parametrize(
-    "args",
+    ("args", "parts"),
     [
-        pytest.param(("create", "--task-name=t", "--code-path=/tmp", "--cmd=x", "--mode=cluster"), id="mode"),
-        pytest.param(("task", "--state=SLEEPING"), id="state"),
-        pytest.param(("log", "--instance-id=abc"), id="not a number"),
-        pytest.param(("create", "--code-path=/tmp", "--cmd=x"), id="missing task name"),
-        pytest.param(("instance",), id="missing task id"),
+        pytest.param(
+            (*CREATE, "--mode=cluster"),
+            (
+                "invalid value for --mode: 'cluster' is not one of standalone, distributed",
+                "hai create --help",
+            ),
+            id="bad choice",
+        ),
+        pytest.param(
+            ("task", "--state=SLEEPING"),
+            ("invalid value for --state: 'SLEEPING' is not one of pending,", "hai task --help"),
+            id="bad state",
+        ),
+        pytest.param(
+            ("log", "--instance-id=abc"),
+            ("invalid value for --instance-id:", "integer", "hai log --help"),
+            id="not a number",
+        ),
+        pytest.param(
+            ("quota", "set", "--user=u", "--gpus=many"),
+            ("invalid value for --gpus:", "hai quota set --help"),
+            id="not a number in a subcommand",
+        ),
+        pytest.param(
+            ("create", "--code-path=/tmp", "--cmd=x"),
+            ("missing option --task-name", "hai create --help"),
+            id="missing task name",
+        ),
+        pytest.param(
+            ("instance",), ("missing option --task-id", "hai instance --help"), id="missing task id"
+        ),
+        pytest.param(
+            ("task", "--task-i=1"),
+            ("no such option --task-i (did you mean --task-id", "hai task --help"),
+            id="unknown option",
+        ),
+        pytest.param(
+            ("submit", "standalone", "--bogus"),
+            ("no such option --bogus", "hai submit standalone --help"),
+            id="unknown option in a subcommand",
+        ),
+        pytest.param(("--bogus",), ("no such option --bogus", "hai --help"), id="unknown root option"),
+        pytest.param(
+            ("submit", "standalone", "--name=n", "--code-dir=/tmp"),
+            ("missing argument", "hai submit standalone --help"),
+            id="missing argument",
+        ),
+        pytest.param(
+            ("quota", "set", "--user"),
+            ("option --user requires an argument", "hai quota set --help"),
+            id="option without its value",
+        ),
+        pytest.param(("bogus",), ("no such command 'bogus'", "hai --help"), id="unknown command"),
+        pytest.param(
+            ("task", "extra"), ("unexpected extra argument", "hai task --help"), id="extra argument"
+        ),
     ],
 )
-def test_flag_type_errors_exit_2_naming_the_flag(hai: Hai, args: tuple[str, ...]) -> None:
+def test_typer_usage_errors_are_one_line_naming_the_flag(
+    hai: Hai, args: tuple[str, ...], parts: tuple[str, ...]
+) -> None:
     result = hai(*args)
     assert result.exit_code == 2, result.output
-    assert "Error:" in result.stderr
-    assert "--" in result.stderr.split("Error:")[1], "the error names the flag"
-    assert "Traceback" not in result.output
+    assert_one_error_line(result.stderr, *parts)
+    assert result.stderr.strip().endswith("--help`."), result.stderr
+    assert "Usage:" not in result.stderr and "Try '" not in result.stderr
+    assert result.stdout == ""
 
 
 @pytest.mark.parametrize(
@@ -218,3 +272,18 @@ def test_no_arguments_prints_help(hai: Hai) -> None:
     result = hai()
     assert "Usage: hai" in result.output
     assert "create" in result.output and "submit" in result.output
+    assert "Error:" not in result.output
+
+
+def test_a_group_without_its_subcommand_prints_its_help(hai: Hai) -> None:
+    result = hai("submit")
+    assert "Usage: hai submit" in result.output
+    assert "Error:" not in result.output
+
+
+def test_shell_completion_is_not_taken_for_a_usage_error(hai: Hai) -> None:
+    env = {"_HAI_COMPLETE": "complete_bash", "COMP_WORDS": "hai create --bogus --mo", "COMP_CWORD": "3"}
+    result = hai(env=env)
+    assert result.exit_code == 0, result.output
+    assert "--mode" in result.stdout.split()
+    assert result.stderr == ""

@@ -103,7 +103,7 @@ CASES = [
             job(2).low().gpus(8).by("alice"),
         ], users={"alice": 8}),
         [
-            Hold(1, "over your high-priority quota (16/8 GPUs)", 1),
+            Hold(1, "over your high-priority quota (16/8 GPUs in group vision)", 1),
             Admit(2, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
         ],
         id="over the user's quota a high job waits; a low one runs",
@@ -125,7 +125,7 @@ CASES = [
         [
             Admit(1, (wp("n1", *ALL8),), False, "starts on n1 GPUs 0-7"),
             Admit(2, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
-            Hold(3, "over your high-priority quota (24/16 GPUs)", 1),
+            Hold(3, "over your high-priority quota (24/16 GPUs in group vision)", 1),
         ],
         id="admissions in one cycle count against quota at once",
     ),
@@ -226,7 +226,7 @@ CASES = [
             job(8).high(4).gpus(8),
         ], reservations=(Reservation(7, "n1", ALL8),), users={"alice": 8}),
         [
-            Hold(8, "over your high-priority quota (16/8 GPUs)", 1),
+            Hold(8, "over your high-priority quota (16/8 GPUs in group vision)", 1),
             Admit(7, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
         ],
         id="a job with a reservation counts against quota, and starts elsewhere if it can",

@@ -20,7 +20,7 @@ PROMOTED = job(14).high().gpus(4).by("alice").build()
     [
         pytest.param(
             4, [RUNNING_HIGH, LOW], Quota(users={"alice": 8}), None,
-            QuotaVerdict(False, "over your high-priority quota (12/8 GPUs)", 12, 8, 12, None),
+            QuotaVerdict(False, "over your high-priority quota (12/8 GPUs in group vision)", 12, 8, 12, None),
             id="refused over the personal quota; low jobs do not count",
         ),
         pytest.param(
@@ -46,7 +46,9 @@ PROMOTED = job(14).high().gpus(4).by("alice").build()
         ),
         pytest.param(
             4, [RUNNING_HIGH, PROMOTED], Quota(users={"alice": 12}), None,
-            QuotaVerdict(False, "over your high-priority quota (16/12 GPUs)", 16, 12, 16, None),
+            QuotaVerdict(
+                False, "over your high-priority quota (16/12 GPUs in group vision)", 16, 12, 16, None
+            ),
             id="without exclude_job the same job would be counted twice",
         ),
         pytest.param(

@@ -168,7 +168,7 @@ def test_high_priority_over_personal_quota_is_refused_with_the_reason_and_fix(ap
     api.submit(resource_pkg=457, max_schedule=4)  # alice: 8/8
     r = api.post("/jobs", "alice", json={"spec": api.spec(resource_pkg=454, max_schedule=24)})
     body = error_of(r, 409)
-    assert "over your high-priority quota (9/8 GPUs" in body["error"]
+    assert "over your high-priority quota (9/8 GPUs in group vision)" in body["error"]
     assert body["field"] == "max_schedule"
     assert "Submit with --max-schedule 0 for low priority, or ask your group admin" in body["fix"]
     assert job_count(api) == 1
@@ -268,7 +268,7 @@ def test_promote_within_quota_and_refusal_over_it(api: Api) -> None:
     assert (r.json()["priority"], r.json()["max_schedule"]) == ("high", 24)
     other = api.submit(resource_pkg=454)
     body = error_of(api.post(f"/jobs/{other['id']}/promote", "alice", json={"max_schedule": 4}), 409)
-    assert "over your high-priority quota (9/8 GPUs" in body["error"]
+    assert "over your high-priority quota (9/8 GPUs in group vision)" in body["error"]
     assert api.job(other["id"])["priority"] == "low"
     body = error_of(api.post(f"/jobs/{other['id']}/promote", "alice", json={"max_schedule": 0}), 422)
     assert body["field"] == "max_schedule"
@@ -324,7 +324,7 @@ def test_quota_views_and_setting_quotas(api: Api) -> None:
     set_ = api.put("/quotas/users/bob", "carol", json={"gpus": 2})
     assert set_.status_code == 200 and set_.json()["user_quota_gpus"] == 2
     body = error_of(api.post("/jobs", "bob", json={"spec": api.spec(resource_pkg=456, max_schedule=4)}), 409)
-    assert "over your high-priority quota (4/2 GPUs" in body["error"]
+    assert "over your high-priority quota (4/2 GPUs in group vision)" in body["error"]
 
     error_of(api.put("/quotas/groups/vision", "carol", json={"gpus": 64}), 403)
     assert api.put("/quotas/groups/vision", "admin", json={"gpus": None}).json()["group_quota_gpus"] is None

@@ -234,7 +234,7 @@ def test_quota_refusal_and_promotion_through_the_client(server: LiveServer, code
     with pytest.raises(HaiError) as refused:
         alice.submit(std(code, "python3 train.py 60", 454, max_schedule=4))
     assert refused.value.status == 409
-    assert "over your high-priority quota (9/8 GPUs" in refused.value.message
+    assert "over your high-priority quota (9/8 GPUs in group vision)" in refused.value.message
     assert "--max-schedule 0" in refused.value.message
     low = alice.submit(std(code, "python3 train.py 60", 454))
     with pytest.raises(HaiError) as still:
