@@ -67,7 +67,19 @@ class Backend(Protocol):
         """Instances that ended since the last call (each reported once)."""
 
     def reattach(self, handles: list[Handle]) -> list[Exit]:
-        """After a restart: adopt the instances still alive, report the others as lost."""
+        """After a restart: adopt the instances still alive, report the others as lost.
+
+        Called once at every start of a controller, with an empty list too: backends that can list
+        what they started remove here whatever no handle names.
+        """
+
+    def reap(self, instance_id: int, work_dir: Path) -> None:
+        """Stop whatever this backend may have started for an instance whose handle was never saved.
+
+        The server died during `start`, so the instance is ended as lost and its job requeued: any
+        process, container or pod of it still running would run the job twice. Returns once they are
+        gone (or, on a cluster, being deleted); an instance of which nothing was started is fine.
+        """
 
     def read_log(self, instance_id: int, tail: int = 0) -> str:
         """The instance's log; `tail` > 0 keeps only the last lines."""

@@ -300,6 +300,15 @@ class DockerBackend:
             self._remove([name], None)
         return exits
 
+    def reap(self, instance_id: int, work_dir: Path) -> None:
+        """Remove the instance's containers (found by label) and its network; `work_dir` is not needed."""
+        owned = [f"{cfg.LABEL_OWNER}={self.options.owner}", f"{cfg.LABEL_INSTANCE}={instance_id}"]
+        listed = self.client.containers.list(all=True, sparse=True, filters={"label": owned})
+        names = [c.attrs["Names"][0].lstrip("/") for c in listed]
+        for name in names:
+            log.warning("removing container %s: the handle of instance %d was never saved", name, instance_id)
+        self._remove(names, cfg.network_name(instance_id))
+
     # ---- logs -------------------------------------------------------------------------------------
 
     def _merged_log(self, inst: _Instance) -> str:

@@ -562,6 +562,18 @@ class KubernetesBackend:
         self._ensure_watch()
         return lost
 
+    def reap(self, instance_id: int, work_dir: Path) -> None:
+        """Delete the instance's pods and MPIJob (found by label) and its gang Service; `work_dir` unused."""
+        selector = m.instance_selector(self.options, instance_id)
+        for pod in self.core.list_namespaced_pod(self.ns, label_selector=selector).items:
+            name = pod.metadata.name
+            log.warning("deleting pod %s: the handle of instance %d was never saved", name, instance_id)
+            self._delete("pod", name, 0)
+        for name, owner in self._list_mpijobs().items():
+            if owner == instance_id:
+                self._delete("mpijob", name, 0)
+        self._delete("service", m.instance_name(self.options, instance_id), 0)
+
     def _list_mpijobs(self) -> dict[str, int | None]:
         """This owner's MPIJobs (name -> instance id); none when the CRD is not installed."""
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import math
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 HANDLE_VERSION = 1
+REAP_WAIT_SECONDS = 5.0
+"""How long `reap` waits for SIGKILLed process groups to be gone."""
 
 
 class LocalOptions(BaseModel):
@@ -246,6 +249,19 @@ class LocalBackend:
         self._ensure_watcher()
         return lost
 
+    def reap(self, instance_id: int, work_dir: Path) -> None:
+        """Kill the process groups of the instance's supervisors, found by their exit files in `work_dir`."""
+        groups = _supervisor_groups(work_dir)
+        for pgid in groups:
+            log.warning("killing process group %d of instance %d: no handle was saved", pgid, instance_id)
+            procs.signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + REAP_WAIT_SECONDS
+        while any(procs.group_is_alive(pgid) for pgid in groups):
+            if time.monotonic() >= deadline:
+                log.warning("processes of instance %d are still alive after SIGKILL", instance_id)
+                return
+            time.sleep(0.02)
+
     def read_log(self, instance_id: int, tail: int = 0) -> str:
         return logs.read_tail(self._instance(instance_id).log_path, tail)
 
@@ -432,6 +448,23 @@ def _exit_of(inst: _Instance) -> Exit:
     if inst.failed_unasked:
         return Exit(iid, culprit.exit_code, f"{who} failed: {procs.describe_exit(culprit.exit_code)}")
     return Exit(iid, culprit.exit_code, procs.describe_exit(culprit.exit_code))
+
+
+def _supervisor_groups(work_dir: Path) -> list[int]:
+    """Process groups led by a supervisor whose exit file lies in `work_dir` (as `_spawn` starts them)."""
+    groups = []
+    for pid in procs.running():
+        args = procs.cmdline(pid)
+        # python -I -S .../supervisor.py WORK_DIR/workerN.exit COMMAND [COMBINED_LOG PREFIX]
+        if not args or len(args) < 6 or args[1:3] != ["-I", "-S"] or Path(args[3]).name != SUPERVISOR.name:
+            continue
+        exit_file = Path(args[4])
+        if exit_file.parent != work_dir or not fnmatch.fnmatch(exit_file.name, "worker*.exit"):
+            continue
+        # A supervisor leads its own group; a process that merely looks like one is left alone.
+        if procs.group_of(pid) == pid:
+            groups.append(pid)
+    return groups
 
 
 def _adopt(handle: Handle) -> _Instance:

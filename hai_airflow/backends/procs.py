@@ -22,6 +22,35 @@ def is_alive(pid: int, started: int) -> bool:
     return fields is not None and fields[0] not in ("Z", "X") and int(fields[19]) == started
 
 
+def running() -> list[int]:
+    """Pids of the processes now in /proc (some may be gone by the time they are looked at)."""
+    return [int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """The argument vector of a process; None if it is gone, [] for a zombie."""
+    try:
+        raw = (PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [arg.decode(errors="surrogateescape") for arg in raw.split(b"\0")[:-1]]
+
+
+def group_of(pid: int) -> int | None:
+    """The process group of a process (/proc/<pid>/stat field 5); None if gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[2])
+
+
+def group_is_alive(pgid: int) -> bool:
+    """True while some process of the group runs (zombies do not count)."""
+    for pid in running():
+        fields = _stat_fields(pid)
+        if fields is not None and fields[0] not in ("Z", "X") and int(fields[2]) == pgid:
+            return True
+    return False
+
+
 def signal_group(pgid: int, sig: signal.Signals) -> None:
     """Send `sig` to every process of the group; a group that is already gone is fine."""
     with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -151,13 +151,16 @@ class Controller:
         with self.ctx.store.read() as s:
             live = list(s.scalars(select(InstanceRow).where(InstanceRow.ended_at.is_(None))))
         handles = [Handle(i.id, json.loads(i.handle)) for i in live if i.handle]
-        lost = self.backend.reattach(handles) if handles else []
+        # Even with no handles: the backend removes here what it started but no handle names.
+        lost = self.backend.reattach(handles)
         adopted = len(handles) - len(lost)
-        lost += [
-            Exit(i.id, None, "the server stopped before the instance was started", lost=True)
-            for i in live
-            if not i.handle
-        ]
+        for i in live:
+            if i.handle:
+                continue
+            # The server died between starting the instance and saving its handle: whatever did start
+            # must be gone before the job is requeued, or it would run twice on the same GPUs.
+            self.backend.reap(i.id, Path(i.work_dir))
+            lost.append(Exit(i.id, None, "the server stopped before the instance was started", lost=True))
         if lost:
             self.apply_exits(lost)
         gone = {e.instance_id for e in lost}

@@ -251,3 +251,13 @@ def test_git_code_is_checked_out_and_mounted(jobs: DockerJobs, tmp_path: Path) -
     ended = jobs.wait(launch.instance_id)
     assert ended.exit_code == 0
     assert launch.log_path.read_text() == "from-git-7\n"
+
+
+def test_reap_removes_the_containers_of_an_instance_never_recorded(jobs: DockerJobs) -> None:
+    kept, orphan = jobs.launch("sleep 300"), jobs.launch("sleep 300")
+    jobs.backend.start(kept)
+    jobs.backend.start(orphan)  # started, but the server died before recording it
+    jobs.backend.close()
+    jobs.new_backend().reap(orphan.instance_id, orphan.work_dir)
+    assert jobs.containers(orphan.instance_id) == []
+    assert len(jobs.containers(kept.instance_id)) == 1

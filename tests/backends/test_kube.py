@@ -269,6 +269,17 @@ def test_a_new_backend_reattaches_by_label_and_removes_what_no_handle_owns(kube:
     assert wait_exit(restarted, alive.instance_id).exit_code == 0
 
 
+def test_reap_deletes_the_pods_and_service_of_an_instance_never_recorded(kube: KubeTest) -> None:
+    first = kube.backend()
+    kept, orphan = kube.launch(), kube.launch(mode="distributed", gpus=((0,), (1,)))
+    h_kept = first.start(kept)
+    first.start(orphan)  # started, but the server died before recording it
+    first.close()
+    kube.backend().reap(orphan.instance_id, orphan.work_dir)
+    wait_until(lambda: [p.metadata.name for p in kube.pods()] == h_kept.data["pods"], "pod removal")
+    assert kube.core.list_namespaced_service(kube.ns).items == []
+
+
 def test_a_restart_picks_up_an_exit_that_happened_while_the_server_was_down(kube: KubeTest) -> None:
     first = kube.backend()
     launch = kube.launch()

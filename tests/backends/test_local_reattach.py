@@ -114,3 +114,36 @@ def test_unreadable_handle_is_lost_with_a_reason(cluster: Cluster) -> None:
     lost = cluster.backend.reattach([Handle(5, {"backend": "docker", "container": "abc"})])
     assert [(x.instance_id, x.lost) for x in lost] == [(5, True)]
     assert "docker" in lost[0].reason
+
+
+# Each worker's shell records its pid and that of a background child: the processes `reap` must end.
+RECORDS_PIDS = (
+    'sleep 60 & echo "$$ $!" > p.tmp.$HAI_INSTANCE_ID.$RANK; '
+    "mv p.tmp.$HAI_INSTANCE_ID.$RANK p.$HAI_INSTANCE_ID.$RANK; wait"
+)
+
+
+def pids_of(cluster: Cluster, handle: Handle) -> dict[int, int]:
+    """Pid -> start time of every process of the instance: supervisors, shells, their children."""
+    pids = [int(w["pid"]) for w in handle.data["workers"]]
+    for w in handle.data["workers"]:
+        record = cluster.code / f"p.{handle.instance_id}.{w['rank']}"
+        wait_for_file(record)
+        pids += [int(p) for p in record.read_text().split()]
+    started = {pid: procs.start_time(pid) for pid in pids}
+    assert None not in started.values(), "every process runs before the reap"
+    return {pid: t for pid, t in started.items() if t is not None}
+
+
+def test_reap_kills_an_instance_whose_handle_was_never_saved_and_nothing_else(cluster: Cluster) -> None:
+    doomed = cluster.start(RECORDS_PIDS, mode="distributed", gpus=((0,), (1,)))
+    other = cluster.start(RECORDS_PIDS, mode="distributed", gpus=((2,), (3,)))
+    doomed_pids, other_pids = pids_of(cluster, doomed), pids_of(cluster, other)
+    cluster.backend.close()  # the server dies before it saves the handle: only the work dir is known
+
+    new = cluster.new_backend()
+    new.reap(doomed.instance_id, cluster.tmp / f"instance-{doomed.instance_id}")
+    assert [pid for pid, t in doomed_pids.items() if procs.is_alive(pid, t)] == []
+    assert [pid for pid, t in other_pids.items() if not procs.is_alive(pid, t)] == []
+    new.reap(99, cluster.tmp / "instance-99")  # nothing was started: nothing to do
+    assert [pid for pid, t in other_pids.items() if not procs.is_alive(pid, t)] == []

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
+from hai_airflow.backends import procs
+from hai_airflow.backends.base import Handle, Launch
+from hai_airflow.backends.local import LocalBackend
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import LeaseLost
 from hai_airflow.server.tables import LeaseRow
@@ -279,8 +282,6 @@ def test_only_the_lease_holder_acts_and_a_deposed_one_cannot_write(api_factory: 
     first.step()
     assert first.active
     other_api = api_factory()  # same database, another controller identity
-    from hai_airflow.backends.local import LocalBackend
-
     second = Controller(other_api.ctx, LocalBackend({}, other_api.ctx.home))
     other_api.controller = second
     second.step()
@@ -298,3 +299,42 @@ def test_only_the_lease_holder_acts_and_a_deposed_one_cannot_write(api_factory: 
     with pytest.raises(LeaseLost):
         first.step(force=True)
     assert api.job(1)["state"] == "PENDING"  # nothing admitted by the deposed controller
+
+
+class ServerKilled(BaseException):
+    """The server process dies: nothing after this point of the controller runs."""
+
+
+class DiesAfterStart(LocalBackend):
+    """Starts the instance for real, then the server dies before the handle is saved."""
+
+    def __init__(self, home: Path) -> None:
+        super().__init__({"watch_interval_seconds": 0.05}, home)
+        self.started: list[Handle] = []
+
+    def start(self, launch: Launch) -> Handle:
+        self.started.append(super().start(launch))
+        raise ServerKilled
+
+
+def test_an_instance_started_but_never_recorded_is_killed_before_its_job_is_requeued(run: Api) -> None:
+    dying = DiesAfterStart(run.ctx.home)
+    run.controller = Controller(run.ctx, dying)
+    job = run.submit(cmd="python3 train.py 60", resource_pkg=456)
+    with pytest.raises(ServerKilled):
+        run.step()
+    (handle,) = dying.started
+    first = instances(run, job["id"])[0]
+    env_of(run, job["id"], first["id"])  # the training process runs
+    dying.close()
+    pgid = int(handle.data["workers"][0]["pgid"])
+    assert procs.group_is_alive(pgid)
+    with run.ctx.store.write() as s:  # a killed server never hands its lease back
+        s.execute(update(LeaseRow).values(expires_at=0.0))
+
+    run.with_controller()
+    run.step()
+    assert not procs.group_is_alive(pgid), "the unrecorded instance must not run beside the new one"
+    assert instances(run, job["id"])[0]["end_reason"] == "lost"
+    back = run.until_state(job["id"], "RUNNING")
+    assert back["instances"] == 2
