@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from hai_airflow.sim.trace import JOB_COLUMNS, NODE_COLUMNS, OPTIONAL_JOB_COLUMNS
+
 T = TypeVar("T")
 
 NODE_TYPES = (("A100", 0.5), ("V100", 0.3), ("T4", 0.2))
@@ -21,20 +23,6 @@ SHAPES = ((1, 1, 0.35), (1, 2, 0.15), (1, 4, 0.15), (1, 8, 0.22), (2, 8, 0.07), 
 HIGH_MAX_SCHEDULE = (4, 6, 8, 24, 48)
 GROUPS = 5
 USERS_PER_GROUP = 4
-JOB_COLUMNS = (
-    "job_id",
-    "submit_time",
-    "duration",
-    "workers",
-    "gpus_per_worker",
-    "gpu_type",
-    "max_schedule",
-    "group",
-    "user",
-    "cpus",
-    "memory_gb",
-    "elastic",
-)
 
 
 @dataclass(frozen=True)
@@ -145,11 +133,11 @@ def write_trace(spec: TraceSpec, out: Path) -> tuple[Path, Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = (out / "NODES.csv", out / "JOBS.csv", out / "quotas.toml")
     with paths[0].open("w", newline="", encoding="utf-8") as f:
-        nodes = csv.DictWriter(f, fieldnames=("name", "gpu_type", "gpus", "cpus", "memory_gb"))
+        nodes = csv.DictWriter(f, fieldnames=NODE_COLUMNS)
         nodes.writeheader()
         nodes.writerows(node_rows(spec))
     with paths[1].open("w", newline="", encoding="utf-8") as f:
-        jobs = csv.DictWriter(f, fieldnames=JOB_COLUMNS)
+        jobs = csv.DictWriter(f, fieldnames=(*JOB_COLUMNS, *OPTIONAL_JOB_COLUMNS))
         jobs.writeheader()
         jobs.writerows(job_rows(spec, rng))
     paths[2].write_text(quota_toml(spec), encoding="utf-8")
