@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from pydantic import TypeAdapter, ValidationError
 
 from hai_airflow.client import HaiClient, HaiError
 from hai_airflow.dashboard.formatting import clock
 from hai_airflow.dashboard.svg import Bar, NodeGrid, Timeline, job_timeline, node_grid, quota_bar
+from hai_airflow.scheduling.weight import deadline_at
 from hai_airflow.spec import (
     TERMINAL_STATES,
     InstanceView,
@@ -111,7 +112,8 @@ def _eta(entry: QueueEntryView, blockers: dict[int, JobDetailView]) -> tuple[str
     if free_at is not None and blocker is not None:
         return f"≈ {clock(free_at)}", f"when job {blocker.id} has been suspended (grace period)"
     if entry.job.max_schedule > 0:
-        target = entry.job.submitted_at + timedelta(hours=entry.job.max_schedule)
+        promised = deadline_at(entry.job.submitted_at.timestamp(), entry.job.max_schedule)
+        target = datetime.fromtimestamp(promised, tz=entry.job.submitted_at.tzinfo or UTC)
         return f"by {clock(target)}", f"max_schedule {entry.job.max_schedule} h"
     return "—", "depends on when running jobs end"
 

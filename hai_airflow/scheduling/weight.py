@@ -31,9 +31,14 @@ class Weight:
     terms: tuple[WeightTerm, ...]
 
 
+def deadline_at(submitted_at: float, max_schedule: int) -> float:
+    """The promised latest start of a high job: submitted_at + max_schedule hours."""
+    return submitted_at + max_schedule * 3600.0
+
+
 def deadline(job: Job) -> float:
     """A high job's deadline: submitted_at + max_schedule hours (its promised queueing time)."""
-    return job.submitted_at + job.max_schedule * 3600.0
+    return deadline_at(job.submitted_at, job.max_schedule)
 
 
 def lost_seconds(job: Job, now: float) -> float:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hai_airflow.scheduling.weight import deadline_at
 from hai_airflow.sim.engine import SimRun
 
 
@@ -73,7 +74,7 @@ def summarize(run: SimRun) -> SimSummary:
         1
         for o in high
         if o.first_started_at is not None
-        and o.first_started_at - o.job.submit_time <= o.job.max_schedule * 3600
+        and o.first_started_at <= deadline_at(o.job.submit_time, o.job.max_schedule)
     )
     jct = sorted(o.finished_at - o.job.submit_time for o in finished if o.finished_at is not None)
     first_submit = min((o.job.submit_time for o in run.outcomes), default=0.0)
