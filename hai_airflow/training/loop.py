@@ -49,6 +49,7 @@ class TrainingLoop:
         self.exit_code = exit_code
         self.last_saved: int | None = None
         self._previous_handler: Any = None
+        self._saved_on_notice = False
 
     def __enter__(self) -> TrainingLoop:
         if threading.current_thread() is threading.main_thread():
@@ -63,6 +64,11 @@ class TrainingLoop:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        if self._saved_on_notice:
+            # The process is on its way out with "saved on notice". The platform writes the notice
+            # file and then sends SIGTERM; one that lands now must not turn that exit into a death
+            # by signal (143), so SIGTERM stays a mere request until the process has ended.
+            return
         restore_handler(self._previous_handler)
         self._previous_handler = None
 
@@ -84,6 +90,7 @@ class TrainingLoop:
                 # Rank 0 may still be writing; the others wait, so the job's processes end together.
                 any_rank(False)
                 note(f"preemption notice: step {done} saved; exiting with {self.exit_code} to be resumed.")
+                self._saved_on_notice = True
                 raise SystemExit(self.exit_code)
 
     def save(self, done: int) -> None:

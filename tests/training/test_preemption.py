@@ -51,6 +51,7 @@ def test_loop_saves_and_exits_on_notice(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("HAI_PREEMPT_NOTICE", str(notice))
     progress = {"done": 0}
     ran = []
+    before = signal.getsignal(signal.SIGTERM)
     with (
         pytest.raises(SystemExit) as exited,
         TrainingLoop(Checkpointer(tmp_path / "ckpt"), lambda: dict(progress), every=100) as loop,
@@ -63,6 +64,30 @@ def test_loop_saves_and_exits_on_notice(tmp_path: Path, monkeypatch: pytest.Monk
     assert exited.value.code == EXIT_SAVED_ON_NOTICE
     assert ran == [0, 1, 2, 3, 4]
     assert saved_steps(tmp_path / "ckpt") == [5]
+    # Exiting on notice leaves SIGTERM a request until the process ends (see the next test).
+    assert signal.getsignal(signal.SIGTERM) is not before
+    signal.signal(signal.SIGTERM, before)
+
+
+def test_sigterm_after_the_save_on_notice_keeps_the_saved_exit(tmp_path: Path, jobs: Jobs) -> None:
+    # The platform writes the notice, then sends SIGTERM: the job may have saved and be on its way
+    # out before the signal lands. Its exit must stay "saved on notice", not a death by SIGTERM.
+    notice = tmp_path / "notice"
+    notice.touch()
+    script = (
+        "import os, signal, time\n"
+        "from hai_airflow.training import Checkpointer, TrainingLoop\n"
+        "try:\n"
+        "    with TrainingLoop(Checkpointer('ckpt'), lambda: {}, every=100) as loop:\n"
+        "        for step in loop.steps(10):\n"
+        "            pass\n"
+        "finally:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    time.sleep(0.5)\n"
+    )
+    job = jobs.start("-c", script, cwd=tmp_path, HAI_PREEMPT_NOTICE=str(notice))
+    assert job.wait() == EXIT_SAVED_ON_NOTICE, job.describe()
+    assert saved_steps(tmp_path / "ckpt") == [1]
 
 
 def test_notice_after_the_last_step_is_a_normal_finish(
