@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import Job, Node
+from hai_airflow.scheduling.usage import NodeFreeBase, Usage
 
 EPS = 1e-9
 """Slack for float CPU/memory sums, so 0.1 + 0.2 CPUs still fit on 0.3."""
-
-NodeUse = tuple[Collection[int], float, float]
-"""GPU indices, CPUs and memory in use on one node."""
 
 ANY = "*"
 """Pool name for CPU-only workers: they may go on any node."""
@@ -33,8 +32,8 @@ class Shape(NamedTuple):
 
     @classmethod
     def of(cls, job: Job) -> Shape:
-        return cls(job.gpu_type, max(job.workers, 1), job.gpus_per_worker, job.cpus_per_worker,
-                   job.memory_gb_per_worker)
+        workers = job.workers if job.workers > 1 else 1  # once per queued job per cycle: no max()
+        return cls(job.gpu_type, workers, job.gpus_per_worker, job.cpus_per_worker, job.memory_gb_per_worker)
 
 
 def workers_fitting(gpus: int, cpus: float, memory_gb: float, shape: Shape) -> int:
@@ -69,35 +68,51 @@ class NodeFree:
 
 @dataclass(slots=True)
 class FreeCapacity:
-    """Nodes bucketed by (GPU type, free GPU count); each bucket lists node ordinals ascending."""
+    """Nodes bucketed by (GPU type, free GPU count); each bucket lists node ordinals ascending.
 
-    nodes: list[NodeFree]
-    by_name: dict[str, NodeFree]
-    types: tuple[str, ...]
-    buckets: dict[str, list[list[int]]] = field(default_factory=dict)
+    A node's working copy (`NodeFree`) is made the first time the cycle looks at it, so a cycle
+    pays for the nodes it visits, not for the whole cluster.
+    """
+
+    layout: Layout
+    base: Mapping[int, NodeFreeBase]
+    """Free resources of the nodes with something in use (read-only; the others start all free)."""
+    buckets: dict[str, list[list[int]]]
+    made: dict[int, NodeFree] = field(default_factory=dict)
     version: int = 0
     """Bumped on every change, so derived figures (reasons) can be cached until it moves."""
 
     @classmethod
-    def build(cls, nodes: Sequence[Node], used: Mapping[str, NodeUse] | None = None) -> FreeCapacity:
-        """Index the nodes with what is `used` on each (by name) already taken away."""
-        used = used or {}
-        types = tuple(sorted({n.gpu_type for n in nodes}))
-        top = max((n.gpus for n in nodes), default=0)
-        buckets: dict[str, list[list[int]]] = {t: [[] for _ in range(top + 1)] for t in types}
-        free = []
-        for i, n in enumerate(nodes):
-            use = used.get(n.name)
-            if use is None:
+    def build(cls, usage: Usage) -> FreeCapacity:
+        """The index at the start of a cycle: the nodes minus what the holding jobs use."""
+        buckets = {t: [list(b) for b in lists] for t, lists in usage.buckets.items()}
+        return cls(usage.layout, usage.free, buckets)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        return self.layout.types
+
+    def node(self, i: int) -> NodeFree:
+        """The working copy of the node at ordinal `i`."""
+        f = self.made.get(i)
+        if f is None:
+            n = self.layout.nodes[i]
+            base = self.base.get(i)
+            if base is None:
                 f = NodeFree(n, i, list(range(n.gpus)), n.cpus - 0.0, n.memory_gb - 0.0)
             else:
-                gpus, cpus, memory_gb = use
-                taken = gpus if isinstance(gpus, (set, frozenset)) else set(gpus)
-                f = NodeFree(n, i, [g for g in range(n.gpus) if g not in taken], n.cpus - cpus,
-                             n.memory_gb - memory_gb)
-            free.append(f)
-            buckets[n.gpu_type][len(f.gpus)].append(i)
-        return cls(free, {n.name: f for n, f in zip(nodes, free, strict=True)}, types, buckets)
+                f = NodeFree(n, i, list(base[0]), base[1], base[2])
+            self.made[i] = f
+        return f
+
+    def named(self, name: str) -> NodeFree | None:
+        """The working copy of the node called `name`; None for a node the snapshot does not have."""
+        i = self.layout.ordinal.get(name)
+        return None if i is None else self.node(i)
+
+    def all_nodes(self) -> Iterator[NodeFree]:
+        for i in range(len(self.layout.nodes)):
+            yield self.node(i)
 
     def _unlist(self, f: NodeFree) -> None:
         if not f.blocked:
@@ -162,12 +177,12 @@ class FreeCapacity:
             for count in range(min_gpus, top):
                 for t in self.types:
                     for i in self.buckets[t][count]:
-                        yield self.nodes[i]
+                        yield self.node(i)
             return
         buckets = self.buckets[pool]
         for count in range(min_gpus, len(buckets)):
             for i in buckets[count]:
-                yield self.nodes[i]
+                yield self.node(i)
 
     def largest_free_block(self, pool: str) -> int:
         """The most free GPUs on one unblocked node of the pool."""

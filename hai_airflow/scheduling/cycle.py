@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, NodeUse, Shape
+from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, Shape
 from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, raise_guard
 from hai_airflow.scheduling.hopeless import Hopeless
+from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import (
     HOLDING,
     Admit,
     Decision,
     Hold,
     Job,
-    Node,
     Placement,
     Reject,
     Reservation,
@@ -23,16 +23,15 @@ from hai_airflow.scheduling.model import (
     WorkerPlacement,
 )
 from hai_airflow.scheduling.placement import (
-    NodeKinds,
     describe_placement,
     never_fits,
-    node_kinds,
     place,
     release,
     shortfall,
 )
 from hai_airflow.scheduling.policies import Policy
-from hai_airflow.scheduling.quota import high_gpus, over_quota
+from hai_airflow.scheduling.quota import over_quota
+from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimPool, find_victims
 
 
@@ -44,7 +43,7 @@ class Cycle:
     policy: Policy
     now: float
     cap: FreeCapacity
-    kinds: NodeKinds
+    layout: Layout
     holding: list[Job]
     user_used: dict[str, int]
     group_used: dict[str, int]
@@ -60,7 +59,6 @@ class Cycle:
     decisions: list[Decision] = field(default_factory=list)
     held: int = 0
     cannot_fit: Hopeless = field(default_factory=Hopeless)
-    rejects: dict[Shape, str | None] = field(default_factory=dict)
     shortfalls: dict[Shape, tuple[int, str]] = field(default_factory=dict)
     last_hold: dict[tuple[Shape, bool], tuple[int, str, int | None]] = field(default_factory=dict)
     """(shape, high) -> (capacity version, reason, blocked_by) of the last plain hold."""
@@ -69,14 +67,17 @@ class Cycle:
     def start(cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job]) -> Cycle:
         """Free capacity = nodes minus what holding jobs use minus GPUs reserved for `waiting` jobs."""
         holding = [j for j in snapshot.jobs if j.state in HOLDING]
-        cap = FreeCapacity.build(snapshot.nodes, node_use(snapshot.nodes, holding))
+        layout = Layout.of(snapshot.nodes)
+        usage = Usage.of(layout, holding)
+        cap = FreeCapacity.build(usage)
         waiting_ids = {j.id for j in waiting}
-        reservations = [r for r in snapshot.reservations if r.job_id in waiting_ids and r.node in cap.by_name]
+        known = layout.ordinal
+        reservations = [r for r in snapshot.reservations if r.job_id in waiting_ids and r.node in known]
         holder_of = gpu_holders(cap, holding, reservations) if reservations else {}
         own_free: dict[int, dict[str, list[int]]] = {}
         own_held: dict[int, list[Job]] = {}
         for r in reservations:
-            f = cap.by_name[r.node]
+            f = cap.node(layout.ordinal[r.node])
             f.reserved = True
             free = [g for g in dict.fromkeys(r.gpus) if g in f.gpus]
             cap.take(f, free, 0, 0)
@@ -88,9 +89,12 @@ class Cycle:
         # A job with a reservation already has GPUs set aside (victims were suspended for it), so
         # it counts against quota like a running job; otherwise others could use up the quota first.
         reserving = [j for j in waiting if j.id in own_free or j.id in own_held]
-        user_used, group_used = high_gpus([*holding, *reserving])
-        return cls(snapshot, policy, now, cap, node_kinds(snapshot.nodes), holding, user_used, group_used,
-                   own_free, own_held, precounted={j.id for j in reserving})
+        cycle = cls(snapshot, policy, now, cap, layout, holding, dict(usage.user_high),
+                    dict(usage.group_high), own_free, own_held)
+        for job in reserving:
+            cycle.count_quota(job)
+        cycle.precounted = {j.id for j in reserving}
+        return cycle
 
     @property
     def victims(self) -> VictimPool:
@@ -154,9 +158,10 @@ class Cycle:
         return reason, None, True
 
     def never_fits(self, shape: Shape) -> str | None:
-        if shape not in self.rejects:
-            self.rejects[shape] = never_fits(self.kinds, shape)
-        return self.rejects[shape]
+        known = self.layout.never_fits
+        if shape not in known:
+            known[shape] = never_fits(self.layout.kinds, shape)
+        return known[shape]
 
     def place(self, shape: Shape) -> Placement | None:
         """Place on shared free capacity; a shape that failed once fails all cycle (capacity only shrinks)."""
@@ -172,7 +177,7 @@ class Cycle:
         """A job with a reservation goes onto its reserved GPUs when they suffice, else anywhere it fits
         (sooner is better than waiting for the rest of its victims)."""
         own = self.own_free.pop(job.id)
-        nodes = [(self.cap.by_name[n], gpus) for n, gpus in own.items()]
+        nodes = [(self.cap.node(self.cap.layout.ordinal[n]), gpus) for n, gpus in own.items()]
         for f, gpus in nodes:
             self.cap.give(f, gpus, 0, 0)
         placement = on_reserved(self.cap, shape, nodes)
@@ -210,8 +215,9 @@ class Cycle:
         touched: dict[str, NodeFree] = {}
         for v in victims:
             for w in v.placement:
-                if w.node in self.cap.by_name:
-                    touched[w.node] = self.cap.by_name[w.node]
+                f = self.cap.named(w.node)
+                if f is not None:
+                    touched[w.node] = f
         before = {n: (set(f.gpus), f.cpus, f.memory_gb) for n, f in touched.items()}
         for v in victims:
             for w in v.placement:
@@ -252,33 +258,18 @@ class Cycle:
         self.decisions.append(Hold(job.id, reason, self.held, blocked_by))
 
 
-def node_use(nodes: tuple[Node, ...], holding: list[Job]) -> dict[str, NodeUse]:
-    """What is in use per node (unknown nodes skipped; bad GPU indices are dropped by the index)."""
-    known = {n.name for n in nodes}
-    used: dict[str, tuple[set[int], list[float]]] = {}
-    for job in holding:
-        for w in job.placement:
-            use = used.get(w.node)
-            if use is None:
-                if w.node not in known:
-                    continue
-                use = used[w.node] = (set(), [0.0, 0.0])
-            use[0].update(w.gpus)
-            use[1][0] += w.cpus
-            use[1][1] += w.memory_gb
-    return {n: (gpus, sums[0], sums[1]) for n, (gpus, sums) in used.items()}
-
-
 def gpu_holders(
     cap: FreeCapacity, holding: list[Job], reservations: list[Reservation]
 ) -> dict[tuple[str, int], Job]:
     """Who holds each reserved GPU: the first holding job placed on it (bad GPU indices skipped)."""
-    wanted = {(r.node, g) for r in reservations for g in r.gpus if 0 <= g < cap.by_name[r.node].node.gpus}
-    nodes = {n for n, _ in wanted}
+    nodes = cap.layout.nodes
+    ordinal = cap.layout.ordinal
+    wanted = {(r.node, g) for r in reservations for g in r.gpus if 0 <= g < nodes[ordinal[r.node]].gpus}
+    named = {n for n, _ in wanted}
     holder_of: dict[tuple[str, int], Job] = {}
     for job in holding:
         for w in job.placement:
-            if w.node in nodes:
+            if w.node in named:
                 for g in w.gpus:
                     if (w.node, g) in wanted and (w.node, g) not in holder_of:
                         holder_of[(w.node, g)] = job

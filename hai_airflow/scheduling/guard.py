@@ -38,25 +38,41 @@ def nearest_nodes(cap: FreeCapacity, shape: Shape) -> list[NodeFree]:
     """
     best: tuple[int, list[NodeFree]] | None = None
     for pool in cap.pools(shape):
-        members = [
-            f for f in cap.nodes
-            if not f.blocked and not f.reserved and (pool == ANY or f.node.gpu_type == pool)
-            and workers_fitting(f.node.gpus, f.node.cpus, f.node.memory_gb, shape) > 0
-        ]
-        members.sort(key=lambda f: (-len(f.gpus), -f.cpus, -f.memory_gb, f.ordinal))
-        chosen: list[NodeFree] = []
-        room = 0
-        for f in members:
-            chosen.append(f)
-            room += workers_fitting(f.node.gpus, f.node.cpus, f.node.memory_gb, shape)
-            if room >= shape.workers:
-                break
-        else:
+        chosen = enough_nodes(cap, pool, shape)
+        if not chosen:
             continue
         free = sum(len(f.gpus) for f in chosen)
         if best is None or free > best[0]:
             best = (free, chosen)
     return best[1] if best else []
+
+
+def enough_nodes(cap: FreeCapacity, pool: str, shape: Shape) -> list[NodeFree]:
+    """The pool's nodes in order of most free GPUs (then CPUs, memory, position) until together,
+    when empty, they hold all the shape's workers; [] when the whole pool would not.
+
+    The capacity index lists unblocked nodes by free-GPU count, so only the levels down to the one
+    that completes the set are looked at.
+    """
+    types = cap.types if pool == ANY else (pool,)
+    top = max((len(cap.buckets[t]) for t in types), default=0)
+    chosen: list[NodeFree] = []
+    room = 0
+    for count in range(top - 1, -1, -1):
+        level = [
+            f
+            for t in types
+            if count < len(cap.buckets[t])
+            for f in map(cap.node, cap.buckets[t][count])
+            if not f.reserved and workers_fitting(f.node.gpus, f.node.cpus, f.node.memory_gb, shape) > 0
+        ]
+        level.sort(key=lambda f: (-f.cpus, -f.memory_gb, f.ordinal))
+        for f in level:
+            chosen.append(f)
+            room += workers_fitting(f.node.gpus, f.node.cpus, f.node.memory_gb, shape)
+            if room >= shape.workers:
+                return chosen
+    return []
 
 
 def raise_guard(cap: FreeCapacity, job_id: int, shape: Shape) -> Guard | None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, Shape, workers_fitting
-from hai_airflow.scheduling.model import Node, Placement, WorkerPlacement
+from hai_airflow.scheduling.layout import NodeKinds
+from hai_airflow.scheduling.model import Placement, WorkerPlacement
 
 
 def best_fit(cap: FreeCapacity, pool: str, shape: Shape) -> NodeFree | None:
@@ -26,7 +25,7 @@ def take_worker(cap: FreeCapacity, f: NodeFree, shape: Shape) -> WorkerPlacement
 def release(cap: FreeCapacity, placement: Placement) -> None:
     """Give a placement's resources back to the index (undo of a tentative placement)."""
     for w in placement:
-        cap.give(cap.by_name[w.node], w.gpus, w.cpus, w.memory_gb)
+        cap.give(cap.node(cap.layout.ordinal[w.node]), w.gpus, w.cpus, w.memory_gb)
 
 
 def pool_order(cap: FreeCapacity, shape: Shape) -> list[str]:
@@ -86,20 +85,6 @@ def describe_placement(placement: Placement, limit: int = 3) -> str:
     if len(placement) > limit:
         parts.append(f"and {len(placement) - limit} more workers")
     return ", ".join(parts)
-
-
-NodeKinds = dict[str, dict[tuple[int, float, float], int]]
-"""GPU type -> (gpus, cpus, memory_gb) of a node -> how many such nodes: the cluster when empty."""
-
-
-def node_kinds(nodes: Sequence[Node]) -> NodeKinds:
-    """Group nodes by type and size, so empty-cluster questions cost per kind, not per node."""
-    kinds: NodeKinds = {}
-    for n in nodes:
-        sizes = kinds.setdefault(n.gpu_type, {})
-        key = (n.gpus, n.cpus, n.memory_gb)
-        sizes[key] = sizes.get(key, 0) + 1
-    return kinds
 
 
 def never_fits(kinds: NodeKinds, shape: Shape) -> str | None:

@@ -58,12 +58,12 @@ def releases_of(job: Job, cap: FreeCapacity) -> list[Release]:
     """A job's resources per node, summed over its workers (nodes unknown to the snapshot skipped)."""
     per_node: dict[str, list[float]] = {}
     for w in job.placement:
-        if w.node in cap.by_name:
+        if w.node in cap.layout.ordinal:
             acc = per_node.setdefault(w.node, [0, 0.0, 0.0])
             acc[0] += len(w.gpus)
             acc[1] += w.cpus
             acc[2] += w.memory_gb
-    return [(cap.by_name[n], int(g), c, m) for n, (g, c, m) in per_node.items()]
+    return [(cap.node(cap.layout.ordinal[n]), int(g), c, m) for n, (g, c, m) in per_node.items()]
 
 
 def in_pool(f: NodeFree, pool: str) -> bool:

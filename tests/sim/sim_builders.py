@@ -41,6 +41,10 @@ class JobBuilder:
     def elastic(self, on: bool = True) -> JobBuilder:
         return JobBuilder(replace(self.spec, elastic=on))
 
+    def using(self, cpus: float, memory_gb: float) -> JobBuilder:
+        """CPUs and memory per worker."""
+        return JobBuilder(replace(self.spec, cpus=cpus, memory_gb=memory_gb))
+
     def of(self, user: str, group: str) -> JobBuilder:
         return JobBuilder(replace(self.spec, user=user, group=group))
 

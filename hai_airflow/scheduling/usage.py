@@ -1,0 +1,161 @@
+"""What the holding jobs use: free resources per node and high-priority GPUs per user and group.
+
+Between two cycles only a few jobs start, end or are suspended, so the answer for the previous
+cycle's holding jobs is kept (per thread) and brought up to date by difference. Jobs are immutable
+and are recognised by identity; the kept ones stay referenced, so an identity is never reused.
+The result is what a fresh count over all holding jobs gives: `plan()` stays a function of its
+snapshot (a property test compares both ways).
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left, insort
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from hai_airflow.scheduling.layout import Layout
+from hai_airflow.scheduling.model import Job
+
+NodeFreeBase = tuple[tuple[int, ...], float, float]
+"""Free GPU indices (ascending), CPUs and memory of a node with something in use."""
+
+Share = tuple[tuple[int, ...], float, float]
+"""GPU indices, CPUs and memory that one job's workers use on one node."""
+
+_last = threading.local()
+
+
+@dataclass(slots=True)
+class Usage:
+    """Per-node use of the holding jobs, as free resources and as the free-capacity index's buckets.
+
+    Read-only for a cycle: `FreeCapacity` copies what it changes, the cycle copies the quota counts.
+    """
+
+    layout: Layout
+    jobs: dict[int, Job] = field(default_factory=dict)
+    """id(job) -> holding job counted here."""
+    shares: dict[int, dict[int, Share]] = field(default_factory=dict)
+    """Node ordinal -> id(job) -> that job's share of the node."""
+    free: dict[int, NodeFreeBase] = field(default_factory=dict)
+    """Node ordinal -> free resources, for the nodes with something in use (the others are all free)."""
+    buckets: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Per GPU type, per free-GPU count, the ordinals of the nodes with that many free, ascending."""
+    user_high: dict[str, int] = field(default_factory=dict)
+    group_high: dict[str, int] = field(default_factory=dict)
+    """GPUs of the holding high-priority jobs, per user and per group."""
+
+    @classmethod
+    def of(cls, layout: Layout, holding: list[Job]) -> Usage:
+        """The use by `holding`, updated from this thread's previous answer when that is cheaper."""
+        current = {id(j): j for j in holding}
+        last: Usage | None = getattr(_last, "usage", None)
+        # Forgotten until the update is through, so a failure midway never leaves a wrong count.
+        _last.usage = None
+        if last is None or last.layout is not layout:
+            usage = cls.fresh(layout, current)
+        else:
+            gone = last.jobs.keys() - current.keys()
+            new = current.keys() - last.jobs.keys()
+            if len(gone) + len(new) > max(64, len(current) // 2):
+                usage = cls.fresh(layout, current)
+            else:
+                usage = last
+                usage.update([last.jobs[i] for i in gone], [current[i] for i in new])
+        _last.usage = usage
+        return usage
+
+    @classmethod
+    def fresh(cls, layout: Layout, current: dict[int, Job]) -> Usage:
+        """Count every holding job, then list every node in its bucket."""
+        usage = cls(layout, dict(current))
+        ordinal, shares = layout.ordinal, usage.shares
+        for key, job in current.items():
+            if job.max_schedule > 0:
+                usage._count_high(job, 1)
+            if len(job.placement) == 1:
+                # The common case, without the per-node summing of a multi-worker job.
+                w = job.placement[0]
+                i = ordinal.get(w.node)
+                if i is not None:
+                    shares.setdefault(i, {})[key] = (w.gpus, w.cpus, w.memory_gb)
+                continue
+            for i, share in usage._shares_of(job).items():
+                shares.setdefault(i, {})[key] = share
+        usage.buckets = {t: [[] for _ in lists] for t, lists in layout.empty.items()}
+        for i, node in enumerate(layout.nodes):
+            base = usage._recount(i) if i in usage.shares else None
+            count = node.gpus if base is None else len(base[0])
+            usage.buckets[node.gpu_type][count].append(i)
+        return usage
+
+    def update(self, gone: Iterable[Job], new: Iterable[Job]) -> None:
+        touched: set[int] = set()
+        for job in gone:
+            del self.jobs[id(job)]
+            self._count_high(job, -1)
+            for i in self._nodes_of(job):
+                del self.shares[i][id(job)]
+                touched.add(i)
+        for job in new:
+            self.jobs[id(job)] = job
+            self._count_high(job, 1)
+            for i, share in self._shares_of(job).items():
+                self.shares.setdefault(i, {})[id(job)] = share
+                touched.add(i)
+        for i in touched:
+            self._refresh(i)
+
+    def _count_high(self, job: Job, sign: int) -> None:
+        if job.max_schedule > 0:
+            self.user_high[job.user] = self.user_high.get(job.user, 0) + sign * job.total_gpus
+            self.group_high[job.group] = self.group_high.get(job.group, 0) + sign * job.total_gpus
+
+    def _nodes_of(self, job: Job) -> set[int]:
+        ordinal = self.layout.ordinal
+        return {ordinal[w.node] for w in job.placement if w.node in ordinal}
+
+    def _shares_of(self, job: Job) -> dict[int, Share]:
+        """The job's workers summed per node (nodes unknown to the layout skipped)."""
+        ordinal = self.layout.ordinal
+        per_node: dict[int, Share] = {}
+        for w in job.placement:
+            i = ordinal.get(w.node)
+            if i is None:
+                continue
+            gpus, cpus, memory_gb = per_node.get(i, ((), 0.0, 0.0))
+            per_node[i] = ((*gpus, *w.gpus), cpus + w.cpus, memory_gb + w.memory_gb)
+        return per_node
+
+    def _recount(self, i: int) -> NodeFreeBase | None:
+        """Node `i`'s free resources from its shares (None when nothing is in use; bad GPU indices
+        are ignored)."""
+        shares = self.shares.get(i)
+        if not shares:
+            self.shares.pop(i, None)
+            self.free.pop(i, None)
+            return None
+        node = self.layout.nodes[i]
+        used: set[int] = set()
+        cpus = memory_gb = 0.0
+        for gpus, c, m in shares.values():
+            used.update(gpus)
+            cpus += c
+            memory_gb += m
+        free = tuple(g for g in range(node.gpus) if g not in used)
+        base = (free, node.cpus - cpus, node.memory_gb - memory_gb)
+        self.free[i] = base
+        return base
+
+    def _refresh(self, i: int) -> None:
+        """Recount node `i` and move it to the bucket of its new free-GPU count."""
+        node = self.layout.nodes[i]
+        before = len(self.free[i][0]) if i in self.free else node.gpus
+        base = self._recount(i)
+        after = node.gpus if base is None else len(base[0])
+        if after != before:
+            buckets = self.buckets[node.gpu_type]
+            old = buckets[before]
+            del old[bisect_left(old, i)]
+            insort(buckets[after], i)
