@@ -242,10 +242,7 @@ class Controller:
         if holds or rejects:
             with self._write() as s:
                 now = time.time()
-                for job_id, reason in holds.items():
-                    job = s.get(JobRow, job_id)
-                    if job is not None and job.state in WAITING_STATES:
-                        job.reason = reason
+                transitions.waiting_reasons(s, holds)
                 for r in rejects:
                     job = s.get(JobRow, r.job_id)
                     if job is not None and job.state in WAITING_STATES:

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import delete
+from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from hai_airflow.backends.base import Exit, Handle
 from hai_airflow.scheduling.model import Placement
 from hai_airflow.server.checkpoints import Checkpoint
-from hai_airflow.server.snapshot import placement_to_json
+from hai_airflow.server.snapshot import WAITING_STATES, placement_to_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
 from hai_airflow.spec import TERMINAL_STATES
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 
 CONTROLLER = "controller"
+UPDATE_CHUNK = 500
+"""Job ids per UPDATE ... WHERE id IN (...), well below every database's parameter limit."""
 
 
 def move(
@@ -222,6 +224,22 @@ def cancel_waiting(s: Session, job: JobRow, now: float) -> None:
         f"cancelled by {job.cancel_by or 'an admin'} before it ran again",
         now,
     )
+
+
+def waiting_reasons(s: Session, reasons: dict[int, str]) -> None:
+    """Say why each waiting job waits (not a state change, so no event). A queue behind a full
+    cluster shares a handful of reasons, so it is one UPDATE per reason, not one per job."""
+    by_reason: dict[str, list[int]] = {}
+    for job_id, reason in reasons.items():
+        by_reason.setdefault(reason, []).append(job_id)
+    for reason, ids in by_reason.items():
+        for at in range(0, len(ids), UPDATE_CHUNK):
+            s.execute(
+                update(JobRow)
+                .where(JobRow.id.in_(ids[at : at + UPDATE_CHUNK]), JobRow.state.in_(WAITING_STATES))
+                .values(reason=reason)
+                .execution_options(synchronize_session=False)
+            )
 
 
 def reject(s: Session, job: JobRow, reason: str, now: float) -> None:
