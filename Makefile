@@ -33,6 +33,7 @@ bench: install
 	$(PY) benchmarks/plan_bench.py
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/server_bench.py
+	$(PY) benchmarks/airflow_bench.py
 	bash benchmarks/vs_slurm.sh 1000 16
 
 up: install

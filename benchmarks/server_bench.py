@@ -1,6 +1,8 @@
-"""hai serve throughput: submit -> process-started latency and submissions/s, on SQLite and PostgreSQL.
+"""hai serve: submit -> process-started latency, submissions/s, and the server's memory and planner
+cycle with 10,000 jobs in the store, on SQLite and PostgreSQL.
 
 Run: .venv/bin/python benchmarks/server_bench.py [--jobs 50] [--clients 16] [--submissions 400]
+     [--store-jobs 10000]
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -43,9 +48,8 @@ def latency(server: LiveServer, code: Path, jobs: int) -> list[float]:
     return out
 
 
-def throughput(server: LiveServer, code: Path, clients: int, total: int) -> float:
+def throughput(server: LiveServer, code: Path, clients: int, total: int, tag: str = "tp") -> float:
     """Submissions per second through the API with `clients` concurrent clients (jobs mostly queue)."""
-    per_client = total // clients
     spec = StandaloneJobSpec(task_name="tp", code_path=str(code), cmd="sleep 600", resource_pkg=457)
     barrier = threading.Barrier(clients + 1)
     errors: list[BaseException] = []
@@ -55,8 +59,8 @@ def throughput(server: LiveServer, code: Path, clients: int, total: int) -> floa
             c.whoami()  # connect before the clock starts
             barrier.wait()
             try:
-                for i in range(per_client):
-                    c.submit(spec, client_key=f"tp-{n}-{i}")
+                for i in range(total // clients + (n < total % clients)):
+                    c.submit(spec, client_key=f"{tag}-{n}-{i}")
             except BaseException as e:
                 errors.append(e)
 
@@ -70,17 +74,66 @@ def throughput(server: LiveServer, code: Path, clients: int, total: int) -> floa
     elapsed = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return per_client * clients / elapsed
+    return total / elapsed
 
 
-def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> tuple[list[float], float]:
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def planner_cycle(server: LiveServer) -> tuple[int, float]:
+    """Cycles so far and their mean seconds, from the server's Prometheus metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    figures = {}
+    for line in text.splitlines():
+        for name in ("hai_planner_cycle_seconds_count", "hai_planner_cycle_seconds_sum"):
+            if line.startswith(name + " "):
+                figures[name] = float(line.split()[1])
+    count = int(figures["hai_planner_cycle_seconds_count"])
+    return count, figures["hai_planner_cycle_seconds_sum"]
+
+
+@dataclass
+class Figures:
+    latency: list[float]
+    rate: float
+    rss_start_mb: float
+    rss_full_mb: float
+    stored: int
+    cycle_full_ms: float
+
+
+def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
     with tempfile.TemporaryDirectory(prefix="hai-bench-") as tmp:
         code = Path(tmp) / "code"
         code.mkdir()
         with start_server(Path(tmp) / "home", TEST_CONFIG, env) as server:
+            assert server.proc is not None
+            rss_start = rss_mb(server.proc.pid)
             lat = latency(server, code, args.jobs)
             rate = throughput(server, code, args.clients, args.submissions)
-    return lat, rate
+            # Fill the store: everything queues behind the 8-GPU jobs already running.
+            stored = args.jobs + args.submissions
+            fill = args.store_jobs - stored
+            if fill > 0:
+                throughput(server, code, args.clients, fill, tag="fill")
+                stored += fill
+            # The planner now walks the whole queue every cycle: time a few of those cycles, once the
+            # first ones have said why each new job waits.
+            time.sleep(5)
+            count0, sum0 = planner_cycle(server)
+            time.sleep(10)
+            count1, sum1 = planner_cycle(server)
+            cycle_ms = (sum1 - sum0) / max(count1 - count0, 1) * 1000
+            rss_full = rss_mb(server.proc.pid)
+            # Stopped first, so leaving does not cancel 10,000 queued jobs one by one (the store is
+            # thrown away); the jobs it started are killed on the way out.
+            server.stop()
+    return Figures(lat, rate, rss_start, rss_full, stored, cycle_ms)
 
 
 def main() -> None:
@@ -90,6 +143,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=50, help="jobs for the latency median")
     parser.add_argument("--clients", type=int, default=16, help="concurrent API clients")
     parser.add_argument("--submissions", type=int, default=400, help="submissions for the throughput")
+    parser.add_argument(
+        "--store-jobs", type=int, default=10_000, help="jobs in the store for the memory figure"
+    )
     args = parser.parse_args()
     stores: list[tuple[str, dict[str, str]]] = [("sqlite", {})]
     reason = postgres.unavailable_reason()
@@ -99,18 +155,22 @@ def main() -> None:
         stores.append(("postgresql", {"HAI_DATABASE_URL": pg_cm.__enter__()}))
     else:
         print(f"PostgreSQL skipped: {reason}", file=sys.stderr)
-    print(f"{'store':<11} {'submit->started median':>23} {'p90':>8} {'submissions/s':>14}")
+    print(f"{'store':<11} {'submit->started p50':>19} {'p95':>9} {'submissions/s':>14} "
+          f"{'RSS idle':>9} {'RSS full':>9} {'jobs stored':>12} {'cycle, full':>12}")
     try:
         for name, env in stores:
-            lat, rate = bench(name, env, args)
-            p90 = statistics.quantiles(lat, n=10)[-1]
-            median = statistics.median(lat)
-            print(f"{name:<11} {median * 1000:>20.1f} ms {p90 * 1000:>5.1f} ms {rate:>14.1f}", flush=True)
+            f = bench(name, env, args)
+            p95 = statistics.quantiles(f.latency, n=20)[-1]
+            median = statistics.median(f.latency)
+            print(f"{name:<11} {median * 1000:>16.1f} ms {p95 * 1000:>6.1f} ms {f.rate:>14.1f} "
+                  f"{f.rss_start_mb:>6.0f} MB {f.rss_full_mb:>6.0f} MB {f.stored:>12,} "
+                  f"{f.cycle_full_ms:>9.1f} ms", flush=True)
     finally:
         if pg_cm is not None:
             pg_cm.__exit__(None, None, None)
-    print(f"({args.jobs} jobs one at a time for latency; ", end="")
-    print(f"{args.submissions} submissions from {args.clients} clients)")
+    print(f"({args.jobs} jobs one at a time for latency; {args.submissions} submissions from {args.clients} "
+          f"clients for the rate; RSS of the server process when started and with the store full; "
+          f"mean planner cycle with the store full)")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         "--cycle-intervals", default="0,60", help="timed runs: seconds between planner cycles, 0 = each event"
     )
     parser.add_argument("--compare", default=",".join(POLICIES), help="policies for the table; '' skips it")
-    parser.add_argument("--compare-cycle-interval", type=float, default=60.0)
+    parser.add_argument("--compare-cycle-interval", type=float, default=0.0, help="0 = exact")
     parser.add_argument("--out", type=Path, help="keep the trace here (default: a temporary directory)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="hai-sim-bench-") as scratch:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,17 @@ def test_slurm_jobcomp_lines_are_parsed(benchmarks_on_path, tmp_path):
 
     assert (entry["JobId"], entry["JobState"]) == ("7", "COMPLETED")
     assert entry["SubmitTime"] == "2026-11-29T16:00:01"
+
+
+def test_server_bench_prints_every_figure_for_each_store():
+    # A subprocess: the benchmark starts real `hai serve` processes (and PostgreSQL when one answers).
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "server_bench.py"), "--jobs", "3", "--clients", "2",
+         "--submissions", "4", "--store-jobs", "30"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("sqlite", "postgresql"))]
+    assert rows and rows[0][0] == "sqlite"
+    for row in rows:
+        assert row[-2] != "0.0" and row[-3] == "30", row  # planner cycle timed; 30 jobs stored
