@@ -12,6 +12,7 @@ from hai_airflow.training.checkpointer import Checkpointer
 from hai_airflow.training.distributed import any_rank, size
 from hai_airflow.training.preemption import (
     EXIT_SAVED_ON_NOTICE,
+    ignore_sigterm,
     install_preemption_handler,
     preemption_requested,
     restore_handler,
@@ -65,9 +66,8 @@ class TrainingLoop:
         traceback: TracebackType | None,
     ) -> None:
         if self._saved_on_notice:
-            # The process is on its way out with "saved on notice". The platform writes the notice
-            # file and then sends SIGTERM; one that lands now must not turn that exit into a death
-            # by signal (143), so SIGTERM stays a mere request until the process has ended.
+            # The process is on its way out with "saved on notice" and SIGTERM is ignored (see
+            # `_stop_and_exit`); putting a handler back would let a late one kill it.
             return
         restore_handler(self._previous_handler)
         self._previous_handler = None
@@ -91,6 +91,9 @@ class TrainingLoop:
                 any_rank(False)
                 note(f"preemption notice: step {done} saved; exiting with {self.exit_code} to be resumed.")
                 self._saved_on_notice = True
+                # The platform writes the notice file and then sends SIGTERM: one landing after the
+                # save, even while the interpreter shuts down, must not turn this exit into 143.
+                ignore_sigterm()
                 raise SystemExit(self.exit_code)
 
     def save(self, done: int) -> None:

@@ -36,6 +36,18 @@ def restore_handler(previous: Any) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
+def ignore_sigterm() -> None:
+    """From now on SIGTERM does nothing: the job has saved and is on its way out.
+
+    A Python-level handler is not enough: the interpreter puts the default action back before it
+    tears down its modules (which takes a while with torch loaded), and a SIGTERM then would turn
+    the exit into a death by signal. An ignored signal stays ignored to the end. SIGKILL after the
+    grace period still ends a process that hangs.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def sigterm_received() -> bool:
     """True once SIGTERM arrived after ``install_preemption_handler``."""
     return _sigterm.is_set()

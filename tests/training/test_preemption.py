@@ -71,12 +71,18 @@ def test_loop_saves_and_exits_on_notice(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_sigterm_after_the_save_on_notice_keeps_the_saved_exit(tmp_path: Path, jobs: Jobs) -> None:
     # The platform writes the notice, then sends SIGTERM: the job may have saved and be on its way
-    # out before the signal lands. Its exit must stay "saved on notice", not a death by SIGTERM.
+    # out before the signal lands, even tearing down its modules, where Python has already put the
+    # default SIGTERM action back. Its exit must stay "saved on notice", not a death by SIGTERM.
     notice = tmp_path / "notice"
     notice.touch()
     script = (
-        "import os, signal, time\n"
+        "import os, signal, sys, time\n"
         "from hai_airflow.training import Checkpointer, TrainingLoop\n"
+        "class SlowTeardown:\n"
+        "    def __del__(self):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        time.sleep(0.5)\n"
+        "sys.modules['__main__'].keep = SlowTeardown()\n"
         "try:\n"
         "    with TrainingLoop(Checkpointer('ckpt'), lambda: {}, every=100) as loop:\n"
         "        for step in loop.steps(10):\n"
