@@ -110,6 +110,10 @@ class FreeCapacity:
         i = self.layout.ordinal.get(name)
         return None if i is None else self.node(i)
 
+    def named_node(self, name: str) -> NodeFree:
+        """The working copy of a node known to be in the snapshot (KeyError otherwise)."""
+        return self.node(self.layout.ordinal[name])
+
     def all_nodes(self) -> Iterator[NodeFree]:
         for i in range(len(self.layout.nodes)):
             yield self.node(i)

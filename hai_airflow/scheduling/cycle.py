@@ -30,7 +30,7 @@ from hai_airflow.scheduling.placement import (
     shortfall,
 )
 from hai_airflow.scheduling.policies import Policy
-from hai_airflow.scheduling.quota import over_quota
+from hai_airflow.scheduling.quota import count_high, over_quota
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimPool, find_victims
 
@@ -77,7 +77,7 @@ class Cycle:
         own_free: dict[int, dict[str, list[int]]] = {}
         own_held: dict[int, list[Job]] = {}
         for r in reservations:
-            f = cap.node(layout.ordinal[r.node])
+            f = cap.named_node(r.node)
             f.reserved = True
             free = [g for g in dict.fromkeys(r.gpus) if g in f.gpus]
             cap.take(f, free, 0, 0)
@@ -177,7 +177,7 @@ class Cycle:
         """A job with a reservation goes onto its reserved GPUs when they suffice, else anywhere it fits
         (sooner is better than waiting for the rest of its victims)."""
         own = self.own_free.pop(job.id)
-        nodes = [(self.cap.node(self.cap.layout.ordinal[n]), gpus) for n, gpus in own.items()]
+        nodes = [(self.cap.named_node(n), gpus) for n, gpus in own.items()]
         for f, gpus in nodes:
             self.cap.give(f, gpus, 0, 0)
         placement = on_reserved(self.cap, shape, nodes)
@@ -249,9 +249,8 @@ class Cycle:
 
     def count_quota(self, job: Job) -> None:
         """An admitted or reserved high job counts against its user's and group's quota at once."""
-        if job.max_schedule > 0 and job.id not in self.precounted:
-            self.user_used[job.user] = self.user_used.get(job.user, 0) + job.total_gpus
-            self.group_used[job.group] = self.group_used.get(job.group, 0) + job.total_gpus
+        if job.id not in self.precounted:
+            count_high(self.user_used, self.group_used, job)
 
     def hold(self, job: Job, reason: str, blocked_by: int | None = None) -> None:
         self.held += 1

@@ -25,7 +25,7 @@ def take_worker(cap: FreeCapacity, f: NodeFree, shape: Shape) -> WorkerPlacement
 def release(cap: FreeCapacity, placement: Placement) -> None:
     """Give a placement's resources back to the index (undo of a tentative placement)."""
     for w in placement:
-        cap.give(cap.node(cap.layout.ordinal[w.node]), w.gpus, w.cpus, w.memory_gb)
+        cap.give(cap.named_node(w.node), w.gpus, w.cpus, w.memory_gb)
 
 
 def pool_order(cap: FreeCapacity, shape: Shape) -> list[str]:

@@ -20,14 +20,19 @@ class QuotaVerdict:
     group_limit: int | None
 
 
+def count_high(per_user: dict[str, int], per_group: dict[str, int], job: Job, sign: int = 1) -> None:
+    """Add (sign -1: take away) the job's GPUs to its user's and group's usage if it is high priority."""
+    if job.max_schedule > 0:
+        per_user[job.user] = per_user.get(job.user, 0) + sign * job.total_gpus
+        per_group[job.group] = per_group.get(job.group, 0) + sign * job.total_gpus
+
+
 def high_gpus(jobs: Iterable[Job]) -> tuple[dict[str, int], dict[str, int]]:
     """Usage counts the GPUs of high-priority jobs, per user and per group."""
     per_user: dict[str, int] = {}
     per_group: dict[str, int] = {}
     for job in jobs:
-        if job.max_schedule > 0:
-            per_user[job.user] = per_user.get(job.user, 0) + job.total_gpus
-            per_group[job.group] = per_group.get(job.group, 0) + job.total_gpus
+        count_high(per_user, per_group, job)
     return per_user, per_group
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import Job
+from hai_airflow.scheduling.quota import count_high
 
 NodeFreeBase = tuple[tuple[int, ...], float, float]
 """Free GPU indices (ascending), CPUs and memory of a node with something in use."""
@@ -70,19 +71,10 @@ class Usage:
     def fresh(cls, layout: Layout, current: dict[int, Job]) -> Usage:
         """Count every holding job, then list every node in its bucket."""
         usage = cls(layout, dict(current))
-        ordinal, shares = layout.ordinal, usage.shares
         for key, job in current.items():
-            if job.max_schedule > 0:
-                usage._count_high(job, 1)
-            if len(job.placement) == 1:
-                # The common case, without the per-node summing of a multi-worker job.
-                w = job.placement[0]
-                i = ordinal.get(w.node)
-                if i is not None:
-                    shares.setdefault(i, {})[key] = (w.gpus, w.cpus, w.memory_gb)
-                continue
+            count_high(usage.user_high, usage.group_high, job)
             for i, share in usage._shares_of(job).items():
-                shares.setdefault(i, {})[key] = share
+                usage.shares.setdefault(i, {})[key] = share
         usage.buckets = {t: [[] for _ in lists] for t, lists in layout.empty.items()}
         for i, node in enumerate(layout.nodes):
             base = usage._recount(i) if i in usage.shares else None
@@ -94,23 +86,18 @@ class Usage:
         touched: set[int] = set()
         for job in gone:
             del self.jobs[id(job)]
-            self._count_high(job, -1)
+            count_high(self.user_high, self.group_high, job, -1)
             for i in self._nodes_of(job):
                 del self.shares[i][id(job)]
                 touched.add(i)
         for job in new:
             self.jobs[id(job)] = job
-            self._count_high(job, 1)
+            count_high(self.user_high, self.group_high, job)
             for i, share in self._shares_of(job).items():
                 self.shares.setdefault(i, {})[id(job)] = share
                 touched.add(i)
         for i in touched:
             self._refresh(i)
-
-    def _count_high(self, job: Job, sign: int) -> None:
-        if job.max_schedule > 0:
-            self.user_high[job.user] = self.user_high.get(job.user, 0) + sign * job.total_gpus
-            self.group_high[job.group] = self.group_high.get(job.group, 0) + sign * job.total_gpus
 
     def _nodes_of(self, job: Job) -> set[int]:
         ordinal = self.layout.ordinal
@@ -119,6 +106,11 @@ class Usage:
     def _shares_of(self, job: Job) -> dict[int, Share]:
         """The job's workers summed per node (nodes unknown to the layout skipped)."""
         ordinal = self.layout.ordinal
+        if len(job.placement) == 1:
+            # The common case, without summing workers per node.
+            w = job.placement[0]
+            i = ordinal.get(w.node)
+            return {} if i is None else {i: (w.gpus, w.cpus, w.memory_gb)}
         per_node: dict[int, Share] = {}
         for w in job.placement:
             i = ordinal.get(w.node)

@@ -63,7 +63,7 @@ def releases_of(job: Job, cap: FreeCapacity) -> list[Release]:
             acc[0] += len(w.gpus)
             acc[1] += w.cpus
             acc[2] += w.memory_gb
-    return [(cap.node(cap.layout.ordinal[n]), int(g), c, m) for n, (g, c, m) in per_node.items()]
+    return [(cap.named_node(n), int(g), c, m) for n, (g, c, m) in per_node.items()]
 
 
 def in_pool(f: NodeFree, pool: str) -> bool:
