@@ -10,6 +10,7 @@ from sqlalchemy import select
 
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.tables import GroupRow, UserRow
+from hai_airflow.server.tokens import same_hash, token_hash
 
 
 @dataclass(frozen=True)
@@ -43,9 +44,12 @@ def authenticate(request: Request) -> Caller:
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing API token", field="Authorization", fix=_NO_TOKEN_FIX)
     store = request.app.state.ctx.store
+    # The lookup is on the keyed hash, so its timing says nothing about the token; the final
+    # comparison is constant-time all the same.
+    presented = token_hash(store.token_key, token.strip())
     with store.read() as s:
-        user = s.scalar(select(UserRow).where(UserRow.token == token.strip()))
-        if user is None:
+        user = s.scalar(select(UserRow).where(UserRow.token_hash == presented))
+        if user is None or not same_hash(user.token_hash, presented):
             raise ApiError(401, "unknown API token", field="Authorization", fix=_NO_TOKEN_FIX)
         admin_of = set()
         for g in s.scalars(select(GroupRow)):

@@ -30,6 +30,12 @@ class ServerSection(_Section):
         default=None,
         description="SQLAlchemy URL; default SQLite at $HAI_HOME/hai.db (HAI_DATABASE_URL wins).",
     )
+    token_key_file: str | None = Field(
+        default=None,
+        min_length=1,
+        description="File (0600, hex) with the key API tokens are hashed under; created when missing. "
+        "Default $HAI_HOME/token.key (HAI_TOKEN_KEY_FILE wins); servers sharing a database share it.",
+    )
     policy: str = Field(default="seed", min_length=1, description="Scheduling policy name.")
     host: str = Field(default=DEFAULT_HOST, min_length=1, description="Address to listen on.")
     port: int = Field(default=DEFAULT_PORT, ge=1, le=65535, description="Port to listen on.")

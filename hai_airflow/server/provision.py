@@ -5,7 +5,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.server.config import ServerConfig
 from hai_airflow.server.store import Store
-from hai_airflow.server.tables import GroupRow, NodeRow, UserRow
+from hai_airflow.server.tables import GroupRow, NodeRow, SettingRow, UserRow
+from hai_airflow.server.tokens import key_check, new_token, same_hash, token_hash
 from hai_airflow.spec import NodeConfig
 
 
@@ -22,18 +22,32 @@ def _quota_json(gpus: int | None) -> str:
     return json.dumps(gpus)
 
 
-def apply_config(store: Store, config: ServerConfig, nodes: Sequence[NodeConfig]) -> None:
+def apply_config(store: Store, config: ServerConfig, nodes: Sequence[NodeConfig]) -> dict[str, str]:
     """Create or update what the file names; keep quotas changed through the API unless the file changed.
 
     Users and groups no longer in the file are kept (their jobs still refer to them); nodes are
-    replaced by the file's, since capacity is whatever the operator says it is now.
+    replaced by the file's, since capacity is whatever the operator says it is now. Returns the tokens
+    generated for new users without one in the file: the only moment they exist in plain text.
     """
     with store.write() as s:
         store.lock_setup(s)
         _apply_groups(s, config)
         s.flush()
-        _apply_users(s, config)
+        generated = _apply_users(s, config, store.token_key)
         _apply_nodes(s, nodes)
+    return generated
+
+
+def claim_token_key(store: Store) -> bool:
+    """Record the token key's fingerprint on first use; False when the store already has another key's."""
+    wanted = key_check(store.token_key)
+    with store.write() as s:
+        store.lock_setup(s)
+        row = s.get(SettingRow, "token_key_check")
+        if row is None:
+            s.add(SettingRow(name="token_key_check", value=wanted))
+            return True
+        return same_hash(row.value, wanted)
 
 
 def _apply_groups(s: Session, config: ServerConfig) -> None:
@@ -49,27 +63,33 @@ def _apply_groups(s: Session, config: ServerConfig) -> None:
         row.admins = json.dumps(list(g.admins))
 
 
-def _apply_users(s: Session, config: ServerConfig) -> None:
+def _apply_users(s: Session, config: ServerConfig, key: bytes) -> dict[str, str]:
     users = {u.name: u for u in s.scalars(select(UserRow))}
-    configured = {u.token: u.name for u in config.users if u.token}
+    configured = {token_hash(key, u.token): u.name for u in config.users if u.token}
     for holder in users.values():
         # A token the file now gives to someone else is taken away from its old holder.
-        if holder.token in configured and configured[holder.token] != holder.name:
-            holder.token = secrets.token_urlsafe(24)
+        if holder.token_hash in configured and configured[holder.token_hash] != holder.name:
+            holder.token_hash = token_hash(key, new_token())
     s.flush()
+    generated: dict[str, str] = {}
     for u in config.users:
         row = users.get(u.name)
         wanted = _quota_json(u.quota_gpus)
         if row is None:
-            token = u.token or secrets.token_urlsafe(24)
-            row = UserRow(name=u.name, token=token, quota_gpus=u.quota_gpus, config_quota=wanted)
+            token = u.token or new_token()
+            if not u.token:
+                generated[u.name] = token
+            row = UserRow(
+                name=u.name, token_hash=token_hash(key, token), quota_gpus=u.quota_gpus, config_quota=wanted
+            )
             s.add(row)
         elif row.config_quota != wanted:
             row.quota_gpus, row.config_quota = u.quota_gpus, wanted
         if u.token:
-            row.token = u.token
+            row.token_hash = token_hash(key, u.token)
         row.group_name = u.group
         row.role = u.role
+    return generated
 
 
 def _apply_nodes(s: Session, nodes: Sequence[NodeConfig]) -> None:
@@ -98,20 +118,46 @@ def local_token_user(config: ServerConfig) -> str | None:
     return admins[0] if admins else None
 
 
-def write_token_file(store: Store, config: ServerConfig, home: Path) -> Path | None:
-    """Write the local user's token (mode 0600) so the client on this machine picks it up."""
+def write_token_file(
+    store: Store, config: ServerConfig, home: Path, generated: dict[str, str] | None = None
+) -> Path | None:
+    """Write the local user's token (0600) so the client on this machine picks it up.
+
+    The store keeps only hashes, so the file is the one plain copy of a generated token: the config's
+    token when it names one, else the one generated at this start, else the file's own when it still
+    matches, else a new token replaces the user's old one (a lost file is re-issued, not recovered).
+    Decided under the setup lock, so servers starting together on one database agree.
+    """
     name = local_token_user(config)
     if name is None:
         return None
-    with store.read() as s:
-        token = s.scalar(select(UserRow.token).where(UserRow.name == name))
-    if token is None:
-        return None
-    home.mkdir(parents=True, exist_ok=True)
     path = home / "token"
-    tmp = home / f".token.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
-    os.replace(tmp, path)
+    configured = {u.name: u.token for u in config.users if u.token}
+    with store.write() as s:
+        store.lock_setup(s)
+        row = s.get(UserRow, name)
+        if row is None:
+            return None
+        token = configured.get(name) or (generated or {}).get(name) or _file_token(path)
+        if token is None or not same_hash(row.token_hash, token_hash(store.token_key, token)):
+            token = new_token()
+            row.token_hash = token_hash(store.token_key, token)
+        write_private(path, token + "\n")
     return path
+
+
+def _file_token(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Replace `path` atomically with a 0600 file holding `text`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -26,8 +27,9 @@ from hai_airflow.server.config import (
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import holder_identity
-from hai_airflow.server.provision import apply_config, write_token_file
+from hai_airflow.server.provision import apply_config, claim_token_key, write_token_file
 from hai_airflow.server.store import Store, database_url
+from hai_airflow.server.tokens import KEY_FILE_NAME, read_or_create_key
 from hai_airflow.spec import NodeConfig
 
 log = logging.getLogger("hai.server")
@@ -68,12 +70,48 @@ def load_or_create_config(path: Path | None, home: Path) -> ServerConfig:
     return load_config(path, sorted(POLICIES))
 
 
-def open_store(config: ServerConfig, home: Path, nodes: list[NodeConfig]) -> Store:
+HOME_MODE = 0o700
+"""`$HAI_HOME` as created: the store, the token, the key and every job's files are the server's alone."""
+
+
+def make_home_private(home: Path) -> None:
+    """Create `$HAI_HOME` 0700; an older, wider one loses read and write for others (traversal stays)."""
+    home.mkdir(mode=HOME_MODE, parents=True, exist_ok=True)
+    mode = home.stat().st_mode & 0o777
+    if mode & 0o066:
+        try:
+            home.chmod(mode & ~0o066)
+        except OSError as e:
+            log.warning("cannot make %s private (%s); others may list it", home, e.strerror)
+
+
+def token_key_path(config: ServerConfig, home: Path) -> Path:
+    """HAI_TOKEN_KEY_FILE, else `[server] token_key_file`, else `$HAI_HOME/token.key`."""
+    named = os.environ.get("HAI_TOKEN_KEY_FILE") or config.server.token_key_file
+    return Path(named).expanduser() if named else home / KEY_FILE_NAME
+
+
+def open_store(
+    config: ServerConfig, home: Path, nodes: list[NodeConfig], config_path: Path | None = None
+) -> Store:
     """Connect, migrate to the newest schema, and apply the config's groups, users and nodes."""
-    store = Store(database_url(config.server.database_url, home))
+    key_path = token_key_path(config, home)
+    try:
+        key = read_or_create_key(key_path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(config_path, "server.token_key_file", f"cannot use the token key: {e}") from None
+    store = Store(database_url(config.server.database_url, home), key)
     store.migrate()
-    apply_config(store, config, nodes)
-    write_token_file(store, config, home)
+    if not claim_token_key(store):
+        store.dispose()
+        raise ConfigError(
+            config_path,
+            "server.token_key_file",
+            f"the store's tokens were hashed under another key than {key_path}; give every server on "
+            "this database the same key file (copy it, or point token_key_file / HAI_TOKEN_KEY_FILE at it)",
+        )
+    generated = apply_config(store, config, nodes)
+    write_token_file(store, config, home, generated)
     return store
 
 
@@ -90,7 +128,7 @@ def build(
         field = ".".join(["backend", *(str(p) for p in err["loc"])])
         raise ConfigError(config_path, field, str(err["msg"])) from None
     nodes = list(config.nodes) or default_nodes(detected_nodes(backend))
-    store = open_store(config, home, nodes)
+    store = open_store(config, home, nodes, config_path)
     ctx = ServerContext(store=store, config=config, home=home, holder_id=holder_identity())
     return ctx, Controller(ctx, backend)
 
@@ -113,6 +151,7 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
     logging.getLogger("httpx").setLevel(logging.WARNING)
     home = hai_home()
     try:
+        make_home_private(home)
         config = load_or_create_config(config_path, home)
     except ConfigError as e:
         print(f"Error: {e}", file=sys.stderr)

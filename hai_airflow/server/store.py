@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -50,21 +51,51 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
+PRIVATE_FILE_MODE = 0o600
+SQLITE_SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL; None for other databases and in-memory ones."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    return Path(parsed.database)
+
+
+def make_private(database: Path) -> None:
+    """Create the SQLite file 0600 before SQLite does (its -wal and -shm copy its mode); tighten old ones."""
+    database.parent.mkdir(parents=True, exist_ok=True)
+    os.close(os.open(database, os.O_RDWR | os.O_CREAT, PRIVATE_FILE_MODE))
+    for suffix in SQLITE_SIDE_FILES:
+        path = database.with_name(database.name + suffix)
+        try:
+            if path.stat().st_mode & 0o077:
+                path.chmod(PRIVATE_FILE_MODE)
+        except FileNotFoundError:
+            pass
+
+
 def make_engine(url: str) -> Engine:
-    backend = make_url(url).get_backend_name()
-    if backend == "sqlite":
-        database = make_url(url).database
-        if database and database != ":memory:":
-            Path(database).parent.mkdir(parents=True, exist_ok=True)
+    database = sqlite_path(url)
+    if database is not None:
+        make_private(database)
+        return _sqlite_engine(url)
+    if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
     return create_engine(url, pool_size=5, max_overflow=25, pool_pre_ping=True)
 
 
 class Store:
-    """Sessions over one database; `write()` transactions serialize where the rules need it."""
+    """Sessions over one database; `write()` transactions serialize where the rules need it.
 
-    def __init__(self, url: str):
+    :param token_key: the key API tokens are hashed under (`server.tokens`); without one, a random key
+        that lives as long as this object (tests, tools that never meet a token twice).
+    """
+
+    def __init__(self, url: str, token_key: bytes | None = None):
         self.url = url
+        self.token_key = token_key or secrets.token_bytes(32)
         self.engine = make_engine(url)
         self.dialect = self.engine.dialect.name
         self._read = sessionmaker(self.engine, expire_on_commit=False)
@@ -82,6 +113,7 @@ class Store:
             if not self.is_sqlite:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
             cfg.attributes["connection"] = conn
+            cfg.attributes["token_key"] = self.token_key
             command.upgrade(cfg, "head")
 
     @contextmanager

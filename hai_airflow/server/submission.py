@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -131,17 +131,14 @@ def check_quota(
         raise ApiError(409, f"high priority refused: {verdict.reason}", field="max_schedule", fix=QUOTA_FIX)
 
 
-def _existing(session: Session, caller: Caller, key: str) -> JobRow:
-    row = session.scalar(select(JobRow).where(JobRow.client_key == key))
-    assert row is not None
-    if row.user_name != caller.name:
-        raise ApiError(
-            409,
-            f"client_key {key!r} is already used by another user's job",
-            field="client_key",
-            fix="Use a client_key of your own (e.g. include your user name)",
-        )
-    return row
+def _own_key(caller: Caller, key: str) -> ColumnElement[bool]:
+    """A client_key names a job among its owner's jobs only: another user's same key is another job."""
+    return (JobRow.user_name == caller.name) & (JobRow.client_key == key)
+
+
+def _existing(session: Session, caller: Caller, key: str) -> JobRow | None:
+    """The caller's job submitted with `key`, if any."""
+    return session.scalar(select(JobRow).where(_own_key(caller, key)))
 
 
 def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[JobRow, bool]:
@@ -149,16 +146,16 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
     spec = request.spec
     if request.client_key is not None:
         with ctx.store.read() as s:
-            if s.scalar(select(JobRow.id).where(JobRow.client_key == request.client_key)) is not None:
-                return _existing(s, caller, request.client_key), False
+            if (known := _existing(s, caller, request.client_key)) is not None:
+                return known, False
     check_references(ctx, spec)
     res = resolve_resources(ctx, spec)
     try:
         with ctx.store.write() as s:
             if request.client_key is not None and (
-                s.scalar(select(JobRow.id).where(JobRow.client_key == request.client_key)) is not None
+                (known := _existing(s, caller, request.client_key)) is not None
             ):
-                return _existing(s, caller, request.client_key), False
+                return known, False
             if spec.max_schedule > 0:
                 check_quota(ctx, s, caller.name, caller.group, res.gpus)
             now = time.time()
@@ -208,6 +205,9 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
         if request.client_key is None:
             raise
         with ctx.store.read() as s:
-            return _existing(s, caller, request.client_key), False
+            known = _existing(s, caller, request.client_key)
+        if known is None:
+            raise
+        return known, False
     ctx.wakeup.set()
     return row, True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -29,7 +29,8 @@ class UserRow(Base):
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
     group_name: Mapped[str] = mapped_column(String(200), ForeignKey("groups.name"))
     role: Mapped[str] = mapped_column(String(20), default="user")
-    token: Mapped[str] = mapped_column(String(200), unique=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    """HMAC-SHA256 of the user's API token under the server key (see `server.tokens`); never the token."""
     quota_gpus: Mapped[int | None] = mapped_column(Integer)
     config_quota: Mapped[str | None] = mapped_column(String(40))
 
@@ -47,7 +48,12 @@ class NodeRow(Base):
 
 class JobRow(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_state", "state"), Index("ix_jobs_user", "user_name"))
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_user", "user_name"),
+        # Keys are per user: Airflow's are predictable, so one namespace would let a user claim another's.
+        UniqueConstraint("user_name", "client_key", name="uq_jobs_user_client_key"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     task_name: Mapped[str] = mapped_column(String(200))
@@ -58,7 +64,7 @@ class JobRow(Base):
     max_schedule: Mapped[int] = mapped_column(Integer, default=0)
     spec: Mapped[str] = mapped_column(Text)
     """The submitted spec as JSON."""
-    client_key: Mapped[str | None] = mapped_column(String(250), unique=True)
+    client_key: Mapped[str | None] = mapped_column(String(250))
     model_id: Mapped[int | None] = mapped_column(Integer)
     project_id: Mapped[int | None] = mapped_column(Integer)
     # Resources resolved from the resource package at submission, so editing packages later
@@ -155,3 +161,12 @@ class LeaseRow(Base):
     holder: Mapped[str] = mapped_column(String(250), default="")
     expires_at: Mapped[float] = mapped_column(Float, default=0)
     acquired_at: Mapped[float] = mapped_column(Float, default=0)
+
+
+class SettingRow(Base):
+    """Facts about the store itself, by name (e.g. the fingerprint of the token key)."""
+
+    __tablename__ = "store_settings"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

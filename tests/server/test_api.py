@@ -158,10 +158,13 @@ def test_same_client_key_returns_the_same_job_with_200(api: Api) -> None:
     assert [j["id"] for j in found] == [first["id"]]
 
 
-def test_client_key_of_another_user_is_refused(api: Api) -> None:
-    api.submit(client_key="shared")
-    body = error_of(api.post("/jobs", "bob", json={"spec": api.spec(), "client_key": "shared"}), 409)
-    assert body["field"] == "client_key"
+def test_client_key_is_scoped_per_user(api: Api) -> None:
+    alice = api.submit(client_key="shared")
+    r = api.post("/jobs", "bob", json={"spec": api.spec(), "client_key": "shared"})
+    assert r.status_code == 201, r.text
+    assert r.json()["id"] != alice["id"] and r.json()["user"] == "bob"
+    again = api.post("/jobs", "bob", json={"spec": api.spec(), "client_key": "shared"})
+    assert again.status_code == 200 and again.json()["id"] == r.json()["id"]
 
 
 def test_high_priority_over_personal_quota_is_refused_with_the_reason_and_fix(api: Api) -> None:

@@ -272,9 +272,11 @@ def test_kill9_and_restart_loses_nothing(server: LiveServer, code: Path) -> None
 def test_two_servers_on_one_database_never_double_admit(
     tmp_path: Path, store_env: dict[str, str], code: Path
 ) -> None:
+    # Servers on one database share the key its tokens are hashed under.
+    shared = {**store_env, "HAI_TOKEN_KEY_FILE": str(tmp_path / "token.key")}
     with (
-        start_server(tmp_path / "a", TEST_CONFIG, store_env) as a,
-        start_server(tmp_path / "b", TEST_CONFIG, store_env) as b,
+        start_server(tmp_path / "a", TEST_CONFIG, shared) as a,
+        start_server(tmp_path / "b", TEST_CONFIG, shared) as b,
     ):
         ha, hb = a.health(), b.health()
         assert ha["lease_holder"] == hb["lease_holder"] == ha["this_server"]

@@ -28,6 +28,7 @@ from hai_airflow.server.hints import failure_hint, is_ampere_or_newer
 from hai_airflow.server.provision import apply_config
 from hai_airflow.server.store import Store
 from hai_airflow.server.tables import Base, InstanceRow, JobRow, LeaseRow, UserRow
+from hai_airflow.server.tokens import token_hash
 from hai_airflow.server.transitions import exit_outcome
 from hai_airflow.spec import NodeConfig
 from tests.support.live_server import TEST_CONFIG
@@ -258,6 +259,7 @@ def test_config_quotas_apply_once_and_api_changes_survive_a_restart(db_url: str)
         apply_config(store, edited, list(edited.nodes))
         with store.read() as s:
             assert s.get(UserRow, "alice").quota_gpus == 16  # type: ignore[union-attr]
-            assert s.get(UserRow, "alice").token == "alice-token"  # type: ignore[union-attr]
+            stored = s.get(UserRow, "alice").token_hash  # type: ignore[union-attr]
+            assert stored == token_hash(store.token_key, "alice-token")
     finally:
         store.dispose()

@@ -107,7 +107,8 @@ def list_jobs(
         if group is not None:
             query = query.where(JobRow.group_name == group)
         if client_key is not None:
-            query = query.where(JobRow.client_key == client_key)
+            # Keys are per user: without `user`, the caller's own key is meant.
+            query = query.where(JobRow.client_key == client_key, JobRow.user_name == (user or caller.name))
         if not all and user is None and group is None and client_key is None:
             query = query.where(JobRow.user_name == caller.name)
         if states is not None:
