@@ -22,6 +22,8 @@ from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import last_lines, merge, worker_prefix
 from hai_airflow.backends.gitcode import CheckoutError, checkout
 from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.notice import write_notice
+from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import WorkerSlot
 from hai_airflow.scheduling.model import Node
 
@@ -75,6 +77,7 @@ class DockerBackend:
 
     def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
         self.options = cfg.DockerOptions.model_validate(dict(options or {}))
+        self.home = home
         timeout = self.options.api_timeout_seconds
         try:
             if self.options.docker_host:
@@ -165,7 +168,11 @@ class DockerBackend:
                 return
             inst.stopping = True
         if notice:
-            cfg.write_notice(inst.notice, instance_id, grace_seconds)
+            try:
+                write_notice(inst.notice, instance_id, grace_seconds, self.home)
+            except OSError as e:
+                # The job broke its own work dir; it still gets SIGTERM and the grace.
+                log.warning("cannot write the notice of instance %d: %s", instance_id, e)
         for name in inst.containers:
             if grace_seconds > 0:
                 # The engine sends SIGTERM now and SIGKILL after the grace, even if this server stops
@@ -253,8 +260,11 @@ class DockerBackend:
             text = self._merged_log(inst)
         except DockerException as e:
             text = f"[hai] the container logs could not be read: {e}\n"
-        inst.log_path.parent.mkdir(parents=True, exist_ok=True)
-        inst.log_path.write_text(text, encoding="utf-8")
+        try:
+            # The work dir is mounted into the containers: never write through a link they planted.
+            write_below(trusted_root(inst.log_path, self.home), inst.log_path, text.encode(), mode=0o600)
+        except OSError as e:
+            log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
 
     def _forget(self, inst: _Instance) -> None:
         with self._lock:
@@ -330,7 +340,7 @@ class DockerBackend:
             ended = inst.log_path
         if ended is None:
             raise KeyError(f"instance {instance_id} is not known to the docker backend")
-        return read_tail(ended, tail)
+        return read_tail(ended, tail, home=self.home)
 
     def follow_log(self, instance_id: int) -> Iterator[str]:
         with self._lock:
@@ -340,7 +350,7 @@ class DockerBackend:
             return self._follow(inst)
         if ended is None:
             raise KeyError(f"instance {instance_id} is not known to the docker backend")
-        return iter([read_tail(ended)])
+        return iter([read_tail(ended, home=self.home)])
 
     def _follow(self, inst: _Instance) -> Iterator[str]:
         chunks: queue.Queue[str | None] = queue.Queue()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -179,13 +176,3 @@ def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict
 def slots_of(launch: Launch) -> list[WorkerSlot]:
     # A CPU job may come without a placement: it is one worker holding no GPU.
     return worker_slots(launch.placement or (WorkerPlacement(node="docker", gpus=()),))
-
-
-def write_notice(path: Path, instance_id: int, grace_seconds: int) -> None:
-    """Create the preemption notice atomically (same content as the local backend's)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.time() + grace_seconds
-    body = {"instance_id": instance_id, "grace_seconds": grace_seconds, "deadline": deadline}
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(body) + "\n")
-    os.replace(tmp, path)

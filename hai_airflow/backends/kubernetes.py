@@ -23,6 +23,7 @@ from hai_airflow.backends.docker_logs import merge, worker_prefix
 from hai_airflow.backends.inventory import gpu_type
 from hai_airflow.backends.k8s_pods import BROKEN_AT_START, PodState, describe, pod_state
 from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.scheduling.model import Node
 
 log = logging.getLogger(__name__)
@@ -106,6 +107,7 @@ class KubernetesBackend:
 
     def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
         self.options = m.KubernetesOptions.model_validate(dict(options or {}))
+        self.home = home
         self.api = api_client(self.options)
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -456,9 +458,11 @@ class KubernetesBackend:
             text = "[hai] no log could be read from the pods (their node did not serve it)\n"
         else:
             text = merge([inst.logs.get(n, b"") for n in names])
-        with contextlib.suppress(OSError):
-            inst.log_path.parent.mkdir(parents=True, exist_ok=True)
-            inst.log_path.write_text(text, encoding="utf-8")
+        try:
+            # The log lies where pods may write (the NAS): never write it through a link they planted.
+            write_below(trusted_root(inst.log_path, self.home), inst.log_path, text.encode(), mode=0o600)
+        except OSError as e:
+            log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
 
     def read_log(self, instance_id: int, tail: int = 0) -> str:
         with self._lock:
@@ -467,7 +471,7 @@ class KubernetesBackend:
         if inst is None:
             if ended is None:
                 raise KeyError(f"instance {instance_id} is not known to the kubernetes backend")
-            return read_tail(ended, tail)
+            return read_tail(ended, tail, home=self.home)
         names = self._pod_names(inst)
         for name in names:
             self._capture(inst, name)
@@ -481,7 +485,7 @@ class KubernetesBackend:
         if inst is None:
             if ended is None:
                 raise KeyError(f"instance {instance_id} is not known to the kubernetes backend")
-            return iter([read_tail(ended)])
+            return iter([read_tail(ended, home=self.home)])
         return self._follow(self._pod_names(inst))
 
     def _follow(self, names: list[str]) -> Iterator[str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import math
 import os
@@ -25,6 +24,7 @@ from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.gitcode import CheckoutError, checkout
 from hai_airflow.backends.inventory import detect
+from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.workerenv import (
     WorkerSlot,
     free_port,
@@ -214,7 +214,11 @@ class LocalBackend:
             inst.stop_requested = True
             running = [w for w in inst.workers if not w.done]
             if notice:
-                _write_notice(inst.notice_path, instance_id, grace_seconds)
+                try:
+                    write_notice(inst.notice_path, instance_id, grace_seconds, self.home)
+                except OSError as exc:
+                    # The job broke its own work dir; it still gets SIGTERM and the grace.
+                    log.warning("cannot write the notice of instance %d: %s", instance_id, exc)
             if grace_seconds <= 0 and not notice:
                 self._signal(running, signal.SIGKILL)
                 return
@@ -263,7 +267,7 @@ class LocalBackend:
             time.sleep(0.02)
 
     def read_log(self, instance_id: int, tail: int = 0) -> str:
-        return logs.read_tail(self._instance(instance_id).log_path, tail)
+        return logs.read_tail(self._instance(instance_id).log_path, tail, home=self.home)
 
     def follow_log(self, instance_id: int) -> Iterator[str]:
         inst = self._instance(instance_id)
@@ -272,7 +276,7 @@ class LocalBackend:
             self._sweep()
             return inst.ended
 
-        return logs.follow(inst.log_path, ended, self.options.watch_interval_seconds)
+        return logs.follow(inst.log_path, ended, self.options.watch_interval_seconds, home=self.home)
 
     def close(self) -> None:
         self._closing.set()
@@ -475,13 +479,3 @@ def _adopt(handle: Handle) -> _Instance:
     if not workers:
         raise ValueError("it lists no workers")
     return _Instance(handle.instance_id, workers, Path(data["log_path"]), Path(data["notice_path"]))
-
-
-def _write_notice(path: Path, instance_id: int, grace_seconds: int) -> None:
-    """Create the preemption notice atomically: a job polling for it never reads half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.time() + grace_seconds
-    body = {"instance_id": instance_id, "grace_seconds": grace_seconds, "deadline": deadline}
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(body) + "\n")
-    os.replace(tmp, path)

@@ -188,7 +188,8 @@ class Controller:
             final = self._checkpoint_of(inst)
             hint = None
             if not ex.lost and ex.exit_code not in (0, None) and inst.stop_kind is None:
-                hint = failure_hint(job.gpu_type, logs.read_tail(Path(inst.log_path), HINT_LOG_LINES))
+                last = logs.read_tail(Path(inst.log_path), HINT_LOG_LINES, home=self.ctx.home)
+                hint = failure_hint(job.gpu_type, last)
             with self._write() as s:
                 inst = s.get(InstanceRow, ex.instance_id)
                 job = s.get(JobRow, inst.job_id) if inst is not None else None

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hai_airflow.spec import StandaloneJobSpec
-from tests.support.docker_engine import Engine, busybox_image, docker_engine
-from tests.support.live_server import TEST_CONFIG, LiveServer
+from tests.support.docker_engine import Engine, busybox_image, docker_engine, docker_server
+from tests.support.live_server import LiveServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 __all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
@@ -19,20 +18,8 @@ __all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tes
 
 @pytest.fixture
 def server(docker_engine: Engine, tmp_path: Path) -> Iterator[tuple[LiveServer, str]]:
-    owner = f"hai-test-{uuid.uuid4().hex[:8]}"
-    options = f'[backend]\ndocker_host = "{docker_engine.url}"\nowner = "{owner}"\nvirtual_gpus = true\n'
-    config = TEST_CONFIG.replace('backend = "local"', 'backend = "docker"').replace(
-        "\n[[nodes]]", f"\n{options}\n[[nodes]]", 1
-    )
-    live = LiveServer(tmp_path / "home", config).start()
-    try:
-        yield live, owner
-    finally:
-        live.close()
-        for c in docker_engine.client.containers.list(  # type: ignore[attr-defined]
-            all=True, filters={"label": f"hai.owner={owner}"}
-        ):
-            c.remove(force=True)
+    with docker_server(docker_engine, tmp_path / "home") as pair:
+        yield pair
 
 
 def spec(image: str, code: Path, cmd: str) -> StandaloneJobSpec:

@@ -12,11 +12,14 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.live_server import TEST_CONFIG, LiveServer
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER_SH = REPO / ".ci" / "docker.sh"
@@ -252,3 +255,20 @@ class DockerJobs:
         for net in client.networks.list(filters={"label": f"hai.owner={self.owner}"}):  # type: ignore[attr-defined]
             net.remove()
 
+
+@contextmanager
+def docker_server(engine: Engine, home: Path) -> Iterator[tuple[LiveServer, str]]:
+    """A `hai serve` with TEST_CONFIG on `engine`'s docker backend (virtual GPUs, an owner label of its
+    own), and that label; every container of the owner is removed at the end."""
+    owner = f"hai-test-{uuid.uuid4().hex[:8]}"
+    options = f'[backend]\ndocker_host = "{engine.url}"\nowner = "{owner}"\nvirtual_gpus = true\n'
+    config = TEST_CONFIG.replace('backend = "local"', 'backend = "docker"').replace(
+        "\n[[nodes]]", f"\n{options}\n[[nodes]]", 1
+    )
+    live = LiveServer(home, config).start()
+    try:
+        yield live, owner
+    finally:
+        live.close()
+        for c in engine.client.containers.list(all=True, filters={"label": f"hai.owner={owner}"}):  # type: ignore[attr-defined]
+            c.remove(force=True)

@@ -13,7 +13,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from hai_airflow.backends import logs
+from hai_airflow.backends.safefs import UnsafeFile
 from hai_airflow.server.context import ServerContext
+from hai_airflow.server.errors import ApiError
 from hai_airflow.server.routes.deps import DB_RECHECK_SECONDS, CallerDep, CtxDep, visible_instance
 from hai_airflow.server.tables import InstanceRow
 from hai_airflow.server.views import instance_view
@@ -21,6 +23,7 @@ from hai_airflow.spec import InstanceView
 
 router = APIRouter()
 LOG_POLL_SECONDS = 0.2
+TEXT = "text/plain; charset=utf-8"
 
 
 @router.get("/instances/{instance_id}")
@@ -39,13 +42,36 @@ def instance_log(
 ) -> Response:
     with ctx.store.read() as s:
         inst = visible_instance(s, caller, instance_id)
-        path = Path(inst.log_path)
-    if not follow:
-        return PlainTextResponse(logs.read_tail(path, tail))
-    return StreamingResponse(_follow(ctx, instance_id, path, tail), media_type="text/plain; charset=utf-8")
+        path = Path(inst.log_path) if inst.log_path else None
+    if path is None:
+        # Not started yet: no log, and nothing to follow until the next instance.
+        return PlainTextResponse("")
+    log = logs.LogCursor(path, ctx.home)
+    try:
+        log.ready()
+    except UnsafeFile as exc:
+        raise _refused(instance_id, exc) from None
+    if follow:
+        return StreamingResponse(_follow(ctx, instance_id, log, tail), media_type=TEXT)
+    if tail > 0:
+        with log:
+            return PlainTextResponse(log.tail(tail) + log.rest())
+    # The whole log goes out one block at a time, never held in memory at once.
+    return StreamingResponse(log.stream(), media_type=TEXT)
 
 
-async def _follow(ctx: ServerContext, instance_id: int, path: Path, tail: int) -> AsyncIterator[str]:
+def _refused(instance_id: int, exc: UnsafeFile) -> ApiError:
+    """The answer for a log the server will not open: the job put a link or a special file in its place."""
+    return ApiError(
+        409,
+        f"the log of instance {instance_id} is not shown: {exc.strerror}",
+        field="instance_id",
+        fix="The job replaced its log file; the server reads only the regular file it created. "
+        "Let the job write to stdout/stderr and leave output.log alone.",
+    )
+
+
+async def _follow(ctx: ServerContext, instance_id: int, log: logs.LogCursor, tail: int) -> AsyncIterator[str]:
     """The tail, then whatever is appended, until the instance has ended and the file is drained."""
 
     def ended() -> bool:
@@ -53,31 +79,22 @@ async def _follow(ctx: ServerContext, instance_id: int, path: Path, tail: int) -
             inst = s.get(InstanceRow, instance_id)
             return inst is None or inst.ended_at is not None
 
-    offset = 0
-    if tail > 0:
-        text = logs.read_tail(path, tail)
-        if text:
-            yield text
-        offset = path.stat().st_size if path.exists() else 0
-    last_check, finished = 0.0, False
-    while True:
-        if time.monotonic() - last_check >= DB_RECHECK_SECONDS:
-            finished = await run_in_threadpool(ended)
-            last_check = time.monotonic()
-        data = await run_in_threadpool(_read_from, path, offset)
-        offset += len(data)
-        if data:
-            yield data.decode("utf-8", errors="replace")
-        elif finished:
-            return
-        else:
-            await asyncio.sleep(LOG_POLL_SECONDS)
-
-
-def _read_from(path: Path, offset: int) -> bytes:
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(1 << 20)
-    except FileNotFoundError:
-        return b""
+        if tail > 0:
+            text = await run_in_threadpool(log.tail, tail)
+            if text:
+                yield text
+        last_check, finished = 0.0, False
+        while True:
+            if time.monotonic() - last_check >= DB_RECHECK_SECONDS:
+                finished = await run_in_threadpool(ended)
+                last_check = time.monotonic()
+            text, done = await run_in_threadpool(log.step, finished)
+            if text:
+                yield text
+            if done:
+                return
+            if not text:
+                await asyncio.sleep(LOG_POLL_SECONDS)
+    finally:
+        log.close()
