@@ -7,7 +7,11 @@ import os
 import signal
 from pathlib import Path
 
+from hai_airflow.backends.safefs import open_regular, trusted_root
+
 PROC = Path("/proc")
+EXIT_FILE_BYTES = 32
+"""More than an exit code ever needs: a longer exit file is not the supervisor's."""
 
 
 def start_time(pid: int) -> int | None:
@@ -67,11 +71,22 @@ def describe_exit(code: int) -> str:
 
 
 def read_exit_file(path: Path) -> int | None:
-    """The exit code the supervisor wrote, or None when there is none (yet)."""
+    """The exit code the supervisor wrote, or None when there is none (yet) or it is not a plain file.
+
+    It lies in the job's work dir: opened without links and read only as far as an exit code goes, a
+    FIFO, a link to /dev/zero or a huge file put in its place cannot stall or swell the watcher.
+    """
     try:
-        return int(path.read_text().strip())
+        fd = open_regular(trusted_root(path, None), path)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, EXIT_FILE_BYTES + 1)
+        return int(data.strip()) if len(data) <= EXIT_FILE_BYTES else None
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(fd)
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import time
 import uuid
@@ -15,6 +16,7 @@ import httpx
 import pytest
 
 from hai_airflow.backends.logs import TAIL_LIMIT
+from hai_airflow.backends.procs import read_exit_file
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import InstanceView, StandaloneJobSpec
 from tests.support.docker_engine import Engine, busybox_image, docker_engine
@@ -159,6 +161,24 @@ def test_a_followed_log_keeps_reading_the_file_it_opened_when_the_job_swaps_in_a
         assert seen == "before\nafter\n"
         assert marker not in seen
         assert (work_dir(sqlite_server, inst) / "output.log").is_symlink()
+
+
+def test_the_exit_file_reader_never_blocks_on_a_fifo_nor_follows_a_link(tmp_path: Path) -> None:
+    """The local backend's watcher reads each worker's exit file from the job-writable work dir."""
+    work = tmp_path / "instances" / "7"
+    work.mkdir(parents=True)
+    exit_file = work / "worker0.exit"
+    os.mkfifo(exit_file)
+    assert read_exit_file(exit_file) is None  # and it returned: opening the FIFO did not wait
+    exit_file.unlink()
+    (tmp_path / "elsewhere").write_text("0\n")
+    exit_file.symlink_to(tmp_path / "elsewhere")
+    assert read_exit_file(exit_file) is None
+    exit_file.unlink()
+    exit_file.write_text("7" * 50_000_000)
+    assert read_exit_file(exit_file) is None
+    exit_file.write_text("75\n")
+    assert read_exit_file(exit_file) == 75
 
 
 # ---- writing: the notice never goes through a planted link ---------------------------------------
