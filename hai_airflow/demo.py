@@ -119,7 +119,8 @@ class Stack:
 
 def kill_jobs_left_behind(hai_home: Path) -> None:
     """SIGKILL processes whose environment carries this HAI_HOME (jobs the stopped server left)."""
-    marker = f"HAI_HOME={hai_home}".encode()
+    # Jobs do not inherit HAI_HOME; their notice file lies under it.
+    marker, notice = f"HAI_HOME={hai_home}".encode(), f"HAI_PREEMPT_NOTICE={hai_home}/".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -127,7 +128,7 @@ def kill_jobs_left_behind(hai_home: Path) -> None:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if marker in environ:
+        if any(v == marker or v.startswith(notice) for v in environ):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
 

@@ -18,13 +18,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.gitcode import CheckoutError, checkout
 from hai_airflow.backends.inventory import detect
+from hai_airflow.backends.jobuser import (
+    JobUser,
+    base_env,
+    default_job_path,
+    give_to,
+    job_user,
+    let_through,
+    open_job_log,
+    run_as_problem,
+    server_user,
+)
 from hai_airflow.backends.notice import write_notice
+from hai_airflow.backends.supervisor import RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
     WorkerSlot,
     free_port,
@@ -70,6 +82,31 @@ class LocalOptions(BaseModel):
         default=0.2, gt=0, le=10, description="How often running workers are checked."
     )
     git_timeout_seconds: float = Field(default=600, gt=0, description="Limit for one git checkout.")
+    path: str | None = Field(
+        default=None,
+        min_length=1,
+        description="PATH of every job; default: the server's Python environment's bin/, then "
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin.",
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Variables the platform adds to every job (e.g. LD_LIBRARY_PATH); nothing of the "
+        "server's own environment reaches a job.",
+    )
+    run_as: str | None = Field(
+        default=None,
+        min_length=1,
+        description='OS user the jobs run as, or "{user}" for the account named like the job\'s owner '
+        "(hai serve must run as root); unset: the server's own user.",
+    )
+
+    @field_validator("run_as")
+    @classmethod
+    def _run_as_usable(cls, v: str | None) -> str | None:
+        problem = None if v is None else run_as_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
 
 
 @dataclass
@@ -169,8 +206,16 @@ class LocalBackend:
         # A notice left from an earlier suspension would make the resumed run stop at once.
         notice_path.unlink(missing_ok=True)
         image = (getattr(spec, "worker_image", None) or spec.image) if distributed else spec.image
+        notice = str(notice_path)
+        user = self._job_user(launch)
+        platform = base_env(
+            self.options.path or default_job_path(),
+            launch.work_dir,
+            user.name if user is not None else server_user(),
+        )
+        # A clean start: the server's own environment (database URL, secrets) never reaches a job.
         base = image_env(
-            {**os.environ, **launch.env, **spec.env, "HAI_PREEMPT_NOTICE": str(notice_path)},
+            {**platform, **self.options.env, **launch.env, **spec.env, "HAI_PREEMPT_NOTICE": notice},
             self.options.images.get(image),
         )
         slots = worker_slots(placement)
@@ -179,7 +224,7 @@ class LocalBackend:
         workers: list[_Worker] = []
         try:
             for slot, env, command in plans:
-                workers.append(self._spawn(launch, slot, env, command, cwd, combined=len(plans) > 1))
+                workers.append(self._spawn(launch, slot, env, command, cwd, len(plans) > 1, user))
         except OSError as exc:
             for w in workers:
                 procs.signal_group(w.pgid, signal.SIGKILL)
@@ -258,6 +303,7 @@ class LocalBackend:
         groups = _supervisor_groups(work_dir)
         for pgid in groups:
             log.warning("killing process group %d of instance %d: no handle was saved", pgid, instance_id)
+            kill_tree(pgid, signal.SIGKILL)
             procs.signal_group(pgid, signal.SIGKILL)
         deadline = time.monotonic() + REAP_WAIT_SECONDS
         while any(procs.group_is_alive(pgid) for pgid in groups):
@@ -302,6 +348,33 @@ class LocalBackend:
             )
         return path
 
+    def _job_user(self, launch: Launch) -> JobUser | None:
+        """The account the instance runs as, its dirs made its own; None runs it as the server's user."""
+        if self.options.run_as is None:
+            return None
+        owner = launch.env.get("HAI_USER", "")
+        try:
+            user = job_user(self.options.run_as, owner)
+        except KeyError:
+            raise StartError(
+                f"run_as: there is no OS user for {owner!r} on this machine; "
+                "create it or change [backend] run_as"
+            ) from None
+        model_dir = Path(launch.env.get("HAI_MODEL_DIR") or launch.work_dir)
+        # Only dirs the platform made for this job change owner; a model dir elsewhere is the user's.
+        mine = [launch.work_dir] + ([model_dir] if self._made_by_platform(model_dir) else [])
+        try:
+            for d in mine:
+                if self.home is not None:
+                    let_through(self.home, d)
+            give_to(user, *mine)
+        except OSError as exc:
+            raise StartError(f"cannot give the job's directories to {user.name}: {exc}") from exc
+        return user
+
+    def _made_by_platform(self, path: Path) -> bool:
+        return self.home is not None and path.is_dir() and path.is_relative_to(self.home / "jobs")
+
     def _plans(
         self, cmd: str, slots: list[WorkerSlot], base: dict[str, str], distributed: bool, port: int
     ) -> list[tuple[WorkerSlot, dict[str, str], str]]:
@@ -317,7 +390,14 @@ class LocalBackend:
         return [(s, base | worker_env(s, len(slots), distributed, port), cmd) for s in slots]
 
     def _spawn(
-        self, launch: Launch, slot: WorkerSlot, env: dict[str, str], command: str, cwd: Path, combined: bool
+        self,
+        launch: Launch,
+        slot: WorkerSlot,
+        env: dict[str, str],
+        command: str,
+        cwd: Path,
+        combined: bool,
+        user: JobUser | None,
     ) -> _Worker:
         exit_file = launch.work_dir / f"worker{slot.rank}.exit"
         exit_file.unlink(missing_ok=True)
@@ -327,7 +407,11 @@ class LocalBackend:
             # Each worker has its own log; the supervisors add prefixed lines to the instance log.
             log_path = worker_log_path(launch.log_path, slot.rank)
             args += [str(launch.log_path), f"[worker {slot.rank}] "]
-        with open(log_path, "ab") as out:
+        if user is not None:
+            # The supervisor stays the server's user; only the command becomes the job's.
+            env = env | {RUN_AS_VARIABLE: f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"}
+        out = open_job_log(log_path)
+        try:
             popen = subprocess.Popen(
                 args,
                 cwd=cwd,
@@ -337,6 +421,8 @@ class LocalBackend:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        finally:
+            os.close(out)
         # Our unreaped child: its /proc entry exists even if it has already exited.
         started = procs.start_time(popen.pid) or 0
         return _Worker(slot.rank, slot.node, popen.pid, popen.pid, started, exit_file, log_path, popen)
@@ -393,6 +479,9 @@ class LocalBackend:
         for w in workers:
             # An adopted worker's pid may have been reused once it ended; only signal the one we started.
             if w.popen is not None or procs.is_alive(w.pid, w.started):
+                # Below the supervisor first (a `setsid` child left the group), while it still
+                # adopts orphans; then the group, the supervisor with it.
+                kill_tree(w.pid, sig)
                 procs.signal_group(w.pgid, sig)
                 if sig == signal.SIGKILL:
                     w.killed = True

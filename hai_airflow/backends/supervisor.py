@@ -11,6 +11,16 @@
 # reports, with the exit code one of them chose. A shell trap cannot do this without races: a signal
 # that comes between two commands would look like a clean exit, and one that comes while the shell
 # forks a command is lost in the child.
+#
+# A process that left the job's group and session (`setsid cmd &`) is still below the supervisor in
+# the process tree: a subreaper adopts every orphan of its descendants. So before it reports, the
+# supervisor kills whatever is still below it, and `kill_tree` (used by the backend) does the same
+# from outside while the supervisor is alive.
+#
+# With `[backend] run_as`, the supervisor stays the server's user (root) and only the command drops to
+# the job's account ($HAI_RUN_AS = "uid:gid:group,group..."): the job cannot signal, trace or stop the
+# process that records how it ended, and the supervisor never needs to run an interpreter the job
+# user can reach. Whatever it writes into the job's dir is opened without following links.
 
 from __future__ import annotations
 
@@ -20,15 +30,20 @@ import os
 import select
 import signal
 import sys
+import time
 
 SHELL = "/bin/sh"
 PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 64 * 1024
 """A line longer than this goes to the combined log unfinished rather than growing without bound."""
+RUN_AS_VARIABLE = "HAI_RUN_AS"
+KILL_TREE_SECONDS = 5.0
+"""How long killing what is left below a supervisor may take before it gives up on stragglers."""
 
 
 def main(argv: list[str]) -> int:
     exit_file, command = argv[1], argv[2]
+    run_as = os.environ.pop(RUN_AS_VARIABLE, None)
     combined = argv[3] if len(argv) > 4 else None
     prefix = argv[4].encode() if combined is not None else b""
     # The group's SIGTERM/SIGINT/SIGHUP are meant for the command; the supervisor lives on to record
@@ -39,7 +54,7 @@ def main(argv: list[str]) -> int:
     pipe = os.pipe() if combined is not None else None
     pid = os.fork()
     if pid == 0:
-        _exec_command(command, pipe)
+        _exec_command(command, pipe, run_as)
     ending = _Ending(pid)
     if pipe is None or combined is None:
         code = ending.wait(block=True)
@@ -47,6 +62,8 @@ def main(argv: list[str]) -> int:
     else:
         os.close(pipe[1])
         code = _pump(ending, pipe[0], combined, prefix)
+    # What the command left running (in the background, or in a session of its own) ends with it.
+    kill_tree(os.getpid(), signal.SIGKILL, reap=True)
     _write_atomically(exit_file, f"{code}\n")
     return code if code >= 0 else 128 - code
 
@@ -59,6 +76,53 @@ def _become_subreaper() -> None:
     """Adopt the processes the shell leaves behind (Linux); elsewhere the shell's own end is reported."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def descendants(root: int) -> list[int]:
+    """Live (not zombie) processes below `root` in the process tree, read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses; the fields after the last ")" are fixed.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = [root]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def kill_tree(root: int, sig: int, reap: bool = False, seconds: float = KILL_TREE_SECONDS) -> bool:
+    """Send `sig` to every process below `root`; for SIGKILL, again until none is left. True if none is.
+
+    Re-scanning catches what forked meanwhile: a child of a killed process is adopted by the subreaper
+    `root` and found by the next scan. With `reap`, `root` is this process and reaps its own children.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        pids = descendants(root)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        if reap:
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+        if not pids or sig != signal.SIGKILL:
+            return not pids
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
 
 
 class _Ending:
@@ -106,8 +170,13 @@ class _Ending:
         return chosen[-1] if chosen else self.shell_code
 
 
-def _exec_command(command: str, pipe: tuple[int, int] | None) -> None:
+def _exec_command(command: str, pipe: tuple[int, int] | None, run_as: str | None) -> None:
     try:
+        if run_as:
+            uid, gid, groups = run_as.split(":")
+            os.setgroups([int(g) for g in groups.split(",") if g])
+            os.setgid(int(gid))
+            os.setuid(int(uid))
         # Python ignores SIGPIPE and SIGXFSZ; a shell command expects the defaults.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -123,7 +192,7 @@ def _exec_command(command: str, pipe: tuple[int, int] | None) -> None:
 
 def _pump(ending: _Ending, fd: int, combined_path: str, prefix: bytes) -> int:
     """Copy the command's output to our stdout (the worker log) and, line by line, to the combined log."""
-    combined = os.open(combined_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    combined = os.open(combined_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     pending = b""
     code: int | None = None
     while True:
@@ -166,10 +235,13 @@ def _write_all(fd: int, data: bytes) -> None:
 
 def _write_atomically(path: str, text: str) -> None:
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
+    # The directory may be the job's: never write through a link or into a file it prepared.
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

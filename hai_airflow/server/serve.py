@@ -27,7 +27,7 @@ from hai_airflow.server.config import (
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import holder_identity
-from hai_airflow.server.provision import apply_config, claim_token_key, write_token_file
+from hai_airflow.server.provision import apply_config, claim_token_key, write_private, write_token_file
 from hai_airflow.server.store import Store, database_url
 from hai_airflow.server.tokens import KEY_FILE_NAME, read_or_create_key
 from hai_airflow.spec import NodeConfig
@@ -63,7 +63,7 @@ def load_or_create_config(path: Path | None, home: Path) -> ServerConfig:
                 text = default_config_text(detected_nodes(local))
             finally:
                 local.close()
-            path.write_text(text, encoding="utf-8")
+            write_private(path, text)
             log.info("wrote a default config to %s", path)
     elif not path.exists():
         raise ConfigError(path, None, "the file does not exist")

@@ -115,6 +115,10 @@ class Store:
             cfg.attributes["connection"] = conn
             cfg.attributes["token_key"] = self.token_key
             command.upgrade(cfg, "head")
+        if self.is_sqlite:
+            # Old pages (e.g. tokens before they were hashed) must not linger in the write-ahead log.
+            with self.engine.connect() as conn:
+                conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
     @contextmanager
     def read(self) -> Iterator[Session]:

@@ -30,6 +30,7 @@ def wait_for_log(cluster: Cluster, instance_id: int, text: str, timeout: float =
 def test_standalone_job_sees_its_environment_and_starts_in_code_path(
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The server's own environment never reaches a job.
     monkeypatch.setenv("HAI_TEST_OUTER", "from-server")
     cmd = (
         'echo "cwd=$(pwd)"; echo "CVD=$CUDA_VISIBLE_DEVICES"; echo "JOB=$HAI_JOB_ID"; '
@@ -44,7 +45,7 @@ def test_standalone_job_sees_its_environment_and_starts_in_code_path(
         "CVD=2,5",
         "JOB=101",
         "EXTRA=x y",
-        "OUTER=from-server",
+        "OUTER=",
         "RANK=unset",
         "NODE=node-0 GPW=2 IDX=0",
     ]

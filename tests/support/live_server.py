@@ -297,7 +297,8 @@ def start_server(
 
 def reap_strays(home: Path) -> list[int]:
     """SIGKILL processes whose environment carries HAI_HOME=home (jobs a killed server left behind)."""
-    marker = f"HAI_HOME={home}".encode()
+    # Jobs do not inherit HAI_HOME; their notice file lies under it.
+    marker, notice = f"HAI_HOME={home}".encode(), f"HAI_PREEMPT_NOTICE={home}/".encode()
     me = os.getpid()
     killed = []
     for entry in Path("/proc").iterdir():
@@ -307,7 +308,7 @@ def reap_strays(home: Path) -> list[int]:
             environ = (entry / "environ").read_bytes()
         except OSError:
             continue
-        if marker in environ.split(b"\0"):
+        if any(v == marker or v.startswith(notice) for v in environ.split(b"\0")):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed.append(int(entry.name))
