@@ -87,7 +87,8 @@ def rss_mb(pid: int) -> float:
 
 def planner_cycle(server: LiveServer) -> tuple[int, float]:
     """Cycles so far and their mean seconds, from the server's Prometheus metrics."""
-    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    admin = {"Authorization": f"Bearer {server.token}"}  # /metrics is for platform admins and Prometheus
+    text = httpx.get(f"{server.url}/metrics", headers=admin, timeout=10).text
     figures = {}
     for line in text.splitlines():
         for name in ("hai_planner_cycle_seconds_count", "hai_planner_cycle_seconds_sum"):

@@ -337,12 +337,27 @@ class AsyncHaiClient:
     async def check_high_priority(self, gpus: int) -> dict[str, Any]:
         return (await self._request("GET", f"{API}/quota/check", params={"gpus": gpus})).json()
 
+    async def jobs(
+        self,
+        user: str | None = None,
+        state: str | None = None,
+        group: str | None = None,
+        all: bool = False,
+        limit: int | None = None,
+    ) -> list[JobView]:
+        params = _job_params(user, state, group, all, limit)
+        return _JOBS.validate_python((await self._request("GET", f"{API}/jobs", params=params)).json())
+
     async def job(self, job_id: int) -> JobDetailView:
         return JobDetailView.model_validate((await self._request("GET", f"{API}/jobs/{job_id}")).json())
 
     async def instances(self, job_id: int) -> list[InstanceView]:
         resp = await self._request("GET", f"{API}/jobs/{job_id}/instances")
         return _INSTANCES.validate_python(resp.json())
+
+    async def instance(self, instance_id: int) -> InstanceView:
+        resp = await self._request("GET", f"{API}/instances/{instance_id}")
+        return InstanceView.model_validate(resp.json())
 
     async def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
         params: dict[str, Any] = {"timeout": timeout}
@@ -373,5 +388,14 @@ class AsyncHaiClient:
     async def cancel(self, job_id: int) -> JobView:
         return JobView.model_validate((await self._request("POST", f"{API}/jobs/{job_id}/cancel")).json())
 
+    async def queue(self) -> list[QueueEntryView]:
+        return _QUEUE.validate_python((await self._request("GET", f"{API}/queue")).json())
+
+    async def quota(self) -> QuotaView:
+        return QuotaView.model_validate((await self._request("GET", f"{API}/quota")).json())
+
     async def quotas(self) -> list[QuotaView]:
         return _QUOTAS.validate_python((await self._request("GET", f"{API}/quotas")).json())
+
+    async def nodes(self) -> list[NodeView]:
+        return _NODES.validate_python((await self._request("GET", f"{API}/nodes")).json())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -243,20 +243,30 @@ class WorkerPlacementView(_View):
     gpus: tuple[int, ...]
 
 
-class JobView(_View):
+class JobShapeView(_View):
+    """What anyone may know of any job: what it asks for and where it stands; the queue needs no more."""
+
     id: int
-    task_name: str
     mode: Mode
-    user: str
-    group: str
     state: JobState
     priority: PriorityClass
     max_schedule: int
     gpus: int = Field(description="Total GPUs (workers x GPUs per worker).")
     gpu_type: str | None
     workers: int
-    spec: dict[str, Any] = Field(description="The submitted spec, as JSON.")
     submitted_at: datetime
+
+
+class JobView(JobShapeView):
+    """A job in full, as its owner, an admin of its group and platform admins see it."""
+
+    visibility: Literal["full"] = Field(
+        default="full", description="`full`: the caller may see this job's content (owner or admin)."
+    )
+    task_name: str
+    user: str
+    group: str
+    spec: dict[str, Any] = Field(description="The submitted spec, as JSON.")
     started_at: datetime | None = Field(default=None, description="Start of the current run.")
     ended_at: datetime | None = None
     runtime_seconds: float = Field(default=0, description="Total seconds run over all instances.")
@@ -305,9 +315,31 @@ class WeightTermView(_View):
     note: str = ""
 
 
+OTHER_USERS_JOB: Final = "another user's job"
+"""What the queue shows in place of the name and owner of a job the caller may not see."""
+
+
+class OtherJobView(JobShapeView):
+    """Another user's job as the queue shows it: what it asks for and where it stands, never what it runs.
+
+    No name, owner, group, command, env, paths, storages or keys: a field missing here cannot leak.
+    """
+
+    visibility: Literal["other"] = Field(
+        default="other", description="`other`: another user's job; only what the queue needs is shown."
+    )
+    owner: Literal["another user's job"] = Field(
+        default=OTHER_USERS_JOB, description="Stands in for the task name and the user."
+    )
+
+
+QueueJobView = Annotated[JobView | OtherJobView, Field(discriminator="visibility")]
+"""A queued job: in full when the caller may see it, else only as `OtherJobView`."""
+
+
 class QueueEntryView(_View):
     position: int
-    job: JobView
+    job: QueueJobView
     weight: float
     terms: tuple[WeightTermView, ...] = ()
     reason: str

@@ -9,7 +9,7 @@ import typer
 from hai_airflow.cli.connection import JsonOption, ServerOption, connect
 from hai_airflow.cli.output import Column, Section, emit, fail
 from hai_airflow.cli.task import gpus, priority
-from hai_airflow.spec import QueueEntryView
+from hai_airflow.spec import JobView, QueueEntryView, QueueJobView
 
 
 def terms(entry: QueueEntryView) -> str:
@@ -17,11 +17,23 @@ def terms(entry: QueueEntryView) -> str:
     return " + ".join(f"{t.name} {round(t.value, 2):g}" for t in entry.terms)
 
 
+def name(job: QueueJobView) -> str:
+    """The task's name, or `another user's job` when the caller may not see it."""
+    return job.task_name if isinstance(job, JobView) else job.owner
+
+
+def user(job: QueueJobView, group: bool = False) -> str | None:
+    """The owner (and group), shown only for jobs the caller may see."""
+    if not isinstance(job, JobView):
+        return None
+    return f"{job.user} (group {job.group})" if group else job.user
+
+
 QUEUE_COLUMNS = (
     Column("POS", lambda e: e.position, "right"),
     Column("TASK", lambda e: e.job.id, "right"),
-    Column("NAME", lambda e: e.job.task_name),
-    Column("USER", lambda e: e.job.user),
+    Column("NAME", lambda e: name(e.job)),
+    Column("USER", lambda e: user(e.job)),
     Column("STATE", lambda e: e.job.state),
     Column("PRIORITY", lambda e: priority(e.job)),
     Column("GPUS", lambda e: gpus(e.job)),
@@ -33,8 +45,8 @@ QUEUE_COLUMNS = (
 
 EXPLAIN_COLUMNS = (
     Column("position", lambda e: e.position),
-    Column("task", lambda e: f"{e.job.id} {e.job.task_name}"),
-    Column("user", lambda e: f"{e.job.user} (group {e.job.group})"),
+    Column("task", lambda e: f"{e.job.id} {name(e.job)}"),
+    Column("user", lambda e: user(e.job, group=True)),
     Column("state", lambda e: e.job.state),
     Column("priority", lambda e: priority(e.job)),
     Column("gpus", lambda e: gpus(e.job)),

@@ -7,10 +7,11 @@ from typing import Any
 from airflow.api_fastapi.app import get_auth_manager
 from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hai_airflow.client import HaiClient
+from hai_airflow.client import AsyncHaiClient, Connection
 from hai_airflow.dashboard.app import create_dashboard_app
 from hai_airflow.dashboard.paths import URL_PREFIX
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
@@ -25,6 +26,15 @@ def requires_dashboard_access(user: GetUserDep) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"not allowed to view {VIEW_NAME}")
 
 
+def hai_connection(hai_conn_id: str) -> Connection:
+    """The hai server and token of the Airflow connection (the lookup may read Airflow's database)."""
+    hook = HaiHook(hai_conn_id=hai_conn_id)
+    try:
+        return hook.get_conn().connection
+    finally:
+        hook.close()
+
+
 def _wants_html(request: Request) -> bool:
     return "text/html" in request.headers.get("accept", "")
 
@@ -32,8 +42,10 @@ def _wants_html(request: Request) -> bool:
 def create_airflow_dashboard(hai_conn_id: str = DEFAULT_CONN_ID) -> FastAPI:
     """The dashboard app as an Airflow plugin serves it; it reaches hai through `hai_conn_id`."""
 
-    def client_for(_request: Request) -> HaiClient:
-        return HaiHook(hai_conn_id=hai_conn_id).get_conn()
+    async def client_for(_request: Request) -> AsyncHaiClient:
+        # Only the connection lookup takes a worker thread; the page's calls to hai are asynchronous.
+        conn = await run_in_threadpool(hai_connection, hai_conn_id)
+        return AsyncHaiClient(server=conn.server, token=conn.token, region=conn.region)
 
     app = create_dashboard_app(
         client_for,

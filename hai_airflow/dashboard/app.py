@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,13 +11,16 @@ from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from hai_airflow.client import HaiClient, HaiError, HaiUnreachable
+from hai_airflow.client import AsyncHaiClient, HaiError, HaiUnreachable
 from hai_airflow.dashboard import data, svg
 from hai_airflow.dashboard import formatting as fmt
 from hai_airflow.dashboard.formatting import clock
 
-ClientFor = Callable[[Request], HaiClient]
-"""Builds the client a request is served with; raises `SignInRequired` when it has no credentials."""
+ClientFor = Callable[[Request], Awaitable[AsyncHaiClient]]
+"""Builds the client a request is served with; raises `SignInRequired` when it has no credentials.
+
+Asynchronous, so a page waiting on the API holds no worker thread: the API it calls (in the same
+process under `hai serve`) needs those threads to answer, and many open pages must never starve it."""
 
 TEMPLATES = Path(__file__).parent / "templates"
 COOKIE = "hai_ui_token"
@@ -38,17 +41,17 @@ def base_path(request: Request) -> str:
     return str(request.scope.get("root_path", "")).rstrip("/")
 
 
-def _client(request: Request) -> Iterator[HaiClient]:
+async def _client(request: Request) -> AsyncIterator[AsyncHaiClient]:
     """One client per request, closed when the response is done."""
     client_for: ClientFor = request.app.state.client_for
-    client = client_for(request)
+    client = await client_for(request)
     try:
         yield client
     finally:
-        client.close()
+        await client.aclose()
 
 
-Client = Annotated[HaiClient, Depends(_client)]
+Client = Annotated[AsyncHaiClient, Depends(_client)]
 
 
 class Pages:
@@ -103,7 +106,7 @@ def create_dashboard_app(
 ) -> FastAPI:
     """The Queue, Quota, Nodes and Job pages over the REST API.
 
-    :param client_for: builds the `HaiClient` for a request (its token decides what the viewer may see).
+    :param client_for: builds the `AsyncHaiClient` for a request (its token decides what the viewer may see).
     :param dependencies: FastAPI dependencies every page needs first (Airflow's authentication).
     :param token_form: offer a form to paste a hai token when the credentials are missing or refused.
     :param refused_fix: what to do when the hai server refuses the credentials.
@@ -119,11 +122,11 @@ def create_dashboard_app(
     app.state.client_for = client_for
 
     @app.exception_handler(SignInRequired)
-    def sign_in(request: Request, exc: SignInRequired) -> Response:
+    async def sign_in(request: Request, exc: SignInRequired) -> Response:
         return pages.error(request, 401, "Sign in to hai", exc.message, exc.fix, token_form=token_form)
 
     @app.exception_handler(HaiError)
-    def hai_error(request: Request, exc: HaiError) -> Response:
+    async def hai_error(request: Request, exc: HaiError) -> Response:
         if isinstance(exc, HaiUnreachable):
             return pages.error(request, 502, "hai server unreachable", exc.error, exc.fix)
         if exc.status == 401:
@@ -144,43 +147,48 @@ def create_dashboard_app(
         )
 
     @app.get("/", include_in_schema=False)
-    def home(request: Request) -> RedirectResponse:
+    async def home(request: Request) -> RedirectResponse:
         return RedirectResponse(f"{base_path(request)}/queue", status_code=303)
 
     @app.get("/queue", response_class=HTMLResponse)
-    def queue(request: Request, c: Client) -> HTMLResponse:
-        return pages.render(request, "queue.html", "Queue", c.connection.server, data=data.queue_page(c))
+    async def queue(request: Request, c: Client) -> HTMLResponse:
+        page = await data.queue_page(c)
+        return pages.render(request, "queue.html", "Queue", c.connection.server, data=page)
 
     @app.get("/quota", response_class=HTMLResponse)
-    def quota(request: Request, c: Client) -> HTMLResponse:
-        return pages.render(request, "quota.html", "Quota", c.connection.server, data=data.quota_page(c))
+    async def quota(request: Request, c: Client) -> HTMLResponse:
+        page = await data.quota_page(c)
+        return pages.render(request, "quota.html", "Quota", c.connection.server, data=page)
 
     @app.get("/nodes", response_class=HTMLResponse)
-    def nodes(request: Request, c: Client) -> HTMLResponse:
-        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=data.nodes_page(c))
+    async def nodes(request: Request, c: Client) -> HTMLResponse:
+        page = await data.nodes_page(c)
+        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=page)
 
     @app.get("/jobs", include_in_schema=False)
-    def find_job(request: Request, id: str = "") -> Response:
-        if not id.strip().lstrip("#").isdigit():
+    async def find_job(request: Request, id: str = "") -> Response:
+        number = id.strip().lstrip("#")
+        # isdigit() alone admits '²', which int() refuses; int() also refuses over 4,300 digits.
+        if not (number.isascii() and number.isdigit() and len(number) <= 18):
             return pages.error(
                 request, 400, "Which job?", f"{id!r} is not a job id.", "Type a number such as 42"
             )
-        return RedirectResponse(f"{base_path(request)}/jobs/{int(id.strip().lstrip('#'))}", status_code=303)
+        return RedirectResponse(f"{base_path(request)}/jobs/{int(number)}", status_code=303)
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
-    def job(
+    async def job(
         request: Request, job_id: int, c: Client, instance: Annotated[int | None, Query()] = None
     ) -> HTMLResponse:
-        page = data.job_page(c, job_id, instance, datetime.now(UTC))
+        page = await data.job_page(c, job_id, instance, datetime.now(UTC))
         return pages.render(request, "job.html", f"Job {job_id}", c.connection.server, data=page)
 
     @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse)
-    def log(job_id: int, instance: int, c: Client) -> PlainTextResponse:
+    async def log(job_id: int, instance: int, c: Client) -> PlainTextResponse:
         """The log tail the Job page follows; `X-Hai-Instance-Ended` tells it when to stop."""
-        inst = c.instance(instance)
+        inst = await c.instance(instance)
         if inst.job_id != job_id:
             raise HaiError(404, f"instance {instance} does not belong to job {job_id}")
-        text = c.log(instance, tail=data.LOG_TAIL_LINES)
+        text = await c.log(instance, tail=data.LOG_TAIL_LINES)
         headers = {
             "X-Hai-Instance-Ended": "1" if inst.ended_at is not None else "0",
             "Cache-Control": "no-store",

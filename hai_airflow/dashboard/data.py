@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from pydantic import TypeAdapter, ValidationError
 
-from hai_airflow.client import HaiClient, HaiError
+from hai_airflow.client import AsyncHaiClient, HaiError
 from hai_airflow.dashboard.formatting import clock
 from hai_airflow.dashboard.svg import Bar, NodeGrid, Timeline, job_timeline, node_grid, quota_bar
 from hai_airflow.scheduling.weight import deadline_at
@@ -118,31 +119,32 @@ def _eta(entry: QueueEntryView, blockers: dict[int, JobDetailView]) -> tuple[str
     return "—", "depends on when running jobs end"
 
 
-def _visible_job(client: HaiClient, job_id: int) -> JobDetailView | None:
+async def _visible_job(client: AsyncHaiClient, job_id: int) -> JobDetailView | None:
     try:
-        return client.job(job_id)
+        return await client.job(job_id)
     except HaiError as error:
         if error.status in (403, 404):
             return None
         raise
 
 
-def queue_page(client: HaiClient) -> QueuePage:
-    entries = client.queue()
-    blockers: dict[int, JobDetailView] = {}
-    for blocker_id in sorted({e.waiting_behind for e in entries if e.waiting_behind is not None}):
-        found = _visible_job(client, blocker_id)
-        if found is not None:
-            blockers[blocker_id] = found
+async def queue_page(client: AsyncHaiClient) -> QueuePage:
+    entries, active = await asyncio.gather(client.queue(), client.jobs(all=True, state=ACTIVE))
+    blocker_ids = sorted({e.waiting_behind for e in entries if e.waiting_behind is not None})
+    found = await asyncio.gather(*(_visible_job(client, b) for b in blocker_ids))
+    blockers = {b: job for b, job in zip(blocker_ids, found, strict=True) if job is not None}
     rows = tuple(QueueRow(e, *_eta(e, blockers)) for e in entries)
-    running = sorted(client.jobs(all=True, state=ACTIVE), key=lambda j: (-j.runtime_seconds, j.id))
+    running = sorted(active, key=lambda j: (-j.runtime_seconds, j.id))
     return QueuePage(rows, tuple(running))
 
 
-def quota_page(client: HaiClient) -> QuotaPage:
-    high = [j for j in client.jobs(all=True, state=UNFINISHED) if j.priority == "high"]
+async def quota_page(client: AsyncHaiClient) -> QuotaPage:
+    unfinished, quotas, me = await asyncio.gather(
+        client.jobs(all=True, state=UNFINISHED), client.quotas(), client.quota()
+    )
+    high = [j for j in unfinished if j.priority == "high"]
     groups = []
-    for q in client.quotas():
+    for q in quotas:
         members = tuple(
             MemberQuota(
                 u.user,
@@ -154,19 +156,19 @@ def quota_page(client: HaiClient) -> QuotaPage:
             for u in q.users
         )
         groups.append(GroupQuota(q, quota_bar(q.group_used_gpus, q.group_quota_gpus), members))
-    return QuotaPage(client.quota(), tuple(groups))
+    return QuotaPage(me, tuple(groups))
 
 
-def nodes_page(client: HaiClient) -> NodesPage:
-    grids = tuple(node_grid(n) for n in sorted(client.nodes(), key=lambda n: n.name))
-    jobs = {j.id: j for j in client.jobs(all=True, state=UNFINISHED)}
-    return NodesPage(grids, jobs)
+async def nodes_page(client: AsyncHaiClient) -> NodesPage:
+    nodes, unfinished = await asyncio.gather(client.nodes(), client.jobs(all=True, state=UNFINISHED))
+    grids = tuple(node_grid(n) for n in sorted(nodes, key=lambda n: n.name))
+    return NodesPage(grids, {j.id: j for j in unfinished})
 
 
-def job_page(client: HaiClient, job_id: int, instance_id: int | None, now: datetime) -> JobPage:
-    job = client.job(job_id)
-    instances = tuple(client.instances(job_id))
+async def job_page(client: AsyncHaiClient, job_id: int, instance_id: int | None, now: datetime) -> JobPage:
+    job, listed = await asyncio.gather(client.job(job_id), client.instances(job_id))
+    instances = tuple(listed)
     chosen = next((i for i in instances if i.id == instance_id), None) if instance_id else None
     chosen = chosen or (max(instances, key=lambda i: i.id) if instances else None)
-    log = client.log(chosen.id, tail=LOG_TAIL_LINES) if chosen is not None else ""
+    log = await client.log(chosen.id, tail=LOG_TAIL_LINES) if chosen is not None else ""
     return JobPage(job, instances, job_timeline(job, list(instances), now), chosen, log)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
+import httpx
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import RedirectResponse
+from starlette.types import ASGIApp
 
-from hai_airflow.client import HaiClient
+from hai_airflow.client import AsyncHaiClient
 from hai_airflow.dashboard.app import COOKIE, SignInRequired, base_path, create_dashboard_app
 
 TOKEN_FIX = (
@@ -23,31 +25,31 @@ def _bearer(request: Request) -> str | None:
     return token.strip() or None
 
 
-def _own_url(request: Request) -> str | None:
-    """The address this request reached the server on, so the dashboard calls the API it is part of."""
-    server = request.scope.get("server")
-    if not server or server[1] is None:
-        return None
-    host, port = server
-    host = f"[{host}]" if ":" in host else host
-    return f"{request.url.scheme}://{host}:{port}"
+def _origin(request: Request) -> str:
+    """The address the viewer reached us on (through any proxy): how the pages name the server."""
+    return f"{request.url.scheme}://{request.url.netloc}"
 
 
-def create_standalone_dashboard(server_url: str | None = None) -> FastAPI:
-    """The dashboard for `hai serve`: `app.mount("/ui", create_standalone_dashboard())`.
+def create_standalone_dashboard(api: str | ASGIApp) -> FastAPI:
+    """The dashboard for `hai serve`: `app.mount("/ui", create_standalone_dashboard(app))`.
 
     The viewer's hai token comes from `Authorization: Bearer`, or from `?token=` once, which is
     moved into an HttpOnly cookie and dropped from the address; the API then shows them what that
     token may see.
 
-    :param server_url: the hai API; default: the address the request came in on (the same server).
+    :param api: the hai API app itself, called in-process (no socket, no TLS, whatever proxy is in
+        front), or the URL of a hai server to call over HTTP.
     """
 
-    def client_for(request: Request) -> HaiClient:
+    async def client_for(request: Request) -> AsyncHaiClient:
         token = _bearer(request) or request.cookies.get(COOKIE)
         if not token:
             raise SignInRequired("This dashboard shows what your hai API token may see.", TOKEN_FIX)
-        return HaiClient(server=server_url or _own_url(request), token=token)
+        if isinstance(api, str):
+            return AsyncHaiClient(server=api, token=token)
+        # Errors come back as the API's own 500 response rather than as an exception in the page.
+        transport = httpx.ASGITransport(app=api, raise_app_exceptions=False)
+        return AsyncHaiClient(server=_origin(request), token=token, transport=transport)
 
     app = create_dashboard_app(client_for, token_form=True, refused_fix=TOKEN_FIX)
 

@@ -16,7 +16,7 @@ from hai_airflow.server import lease
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.errors import install_handlers
-from hai_airflow.server.metrics import RequestTimer
+from hai_airflow.server.metrics import RequestTimer, require_scraper
 from hai_airflow.server.routes import router
 
 
@@ -63,11 +63,11 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
 
     @app.get("/metrics", include_in_schema=False)
     def metrics(request: Request) -> Response:
-        """No auth: Prometheus scrapes it from inside the cluster network, and scrape configs rarely
-        carry per-user tokens. It shows counts by group and GPU type and the controller's host name,
-        never a job's content; keep it off public ingress as you would the database port."""
+        """Prometheus, with `[server] metrics_token` or a platform admin's token (`require_scraper`)."""
         c: ServerContext = request.app.state.ctx
+        require_scraper(request, c.config.server.metrics_token)
         return Response(generate_latest(c.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.mount("/ui", create_standalone_dashboard())
+    # In-process: the pages never wait on a socket to themselves, nor on worker threads the API needs.
+    app.mount("/ui", create_standalone_dashboard(app))
     return app

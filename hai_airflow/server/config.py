@@ -39,6 +39,12 @@ class ServerSection(_Section):
     policy: str = Field(default="seed", min_length=1, description="Scheduling policy name.")
     host: str = Field(default=DEFAULT_HOST, min_length=1, description="Address to listen on.")
     port: int = Field(default=DEFAULT_PORT, ge=1, le=65535, description="Port to listen on.")
+    metrics_token: str | None = Field(
+        default=None,
+        min_length=16,
+        description="Bearer token that may read /metrics and nothing else (for Prometheus); "
+        "without it only platform admins may.",
+    )
 
 
 class CheckpointsSection(_Section):

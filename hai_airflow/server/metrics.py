@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hmac
 import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 
+from fastapi import Request
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -14,7 +16,9 @@ from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hai_airflow.server import lease
+from hai_airflow.server.auth import authenticate
 from hai_airflow.server.capacity import node_usage
+from hai_airflow.server.errors import ApiError
 from hai_airflow.server.snapshot import WAITING_STATES
 from hai_airflow.server.store import Store
 from hai_airflow.server.tables import InstanceRow, JobRow
@@ -22,6 +26,31 @@ from hai_airflow.spec import priority_class
 
 UNMATCHED = "unmatched"
 """The route label of a request no route matched (a 404), so stray paths cannot grow the label set."""
+
+
+SCRAPE_FIX = (
+    "Send `Authorization: Bearer <token>` with the [server] metrics_token (Prometheus: "
+    "`authorization: {credentials_file: ...}` in the scrape job) or a platform admin's token"
+)
+
+
+def _bearer(request: Request) -> str:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def require_scraper(request: Request, metrics_token: str | None) -> None:
+    """/metrics names groups, GPU types and the controller's host: the metrics token or a platform admin."""
+    presented = _bearer(request)
+    if metrics_token and presented and hmac.compare_digest(presented.encode(), metrics_token.encode()):
+        return
+    if not authenticate(request).is_platform_admin:
+        raise ApiError(
+            403,
+            "only a platform admin or the metrics token may read /metrics",
+            field="Authorization",
+            fix=SCRAPE_FIX,
+        )
 
 
 class ServerMetrics:

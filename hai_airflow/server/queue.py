@@ -1,4 +1,5 @@
-"""The queue as users see it: order, priority weight with its terms, and why each job waits."""
+"""The queue as users see it: order, priority weight with its terms, and why each job waits;
+others' jobs only as what the queue needs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling import plan, weight
 from hai_airflow.scheduling.model import Admit, Hold, Reject
+from hai_airflow.server.auth import Caller
 from hai_airflow.server.snapshot import WAITING_STATES, planner_job, read_store
-from hai_airflow.server.tables import InstanceRow
-from hai_airflow.server.views import job_view
-from hai_airflow.spec import QueueEntryView, WeightTermView
+from hai_airflow.server.tables import InstanceRow, JobRow
+from hai_airflow.server.views import job_view, other_job_view
+from hai_airflow.spec import QueueEntryView, QueueJobView, WeightTermView
 
 
 def _last_preemptor(session: Session, job_ids: list[int]) -> dict[int, int]:
@@ -30,7 +32,25 @@ def _last_preemptor(session: Session, job_ids: list[int]) -> dict[int, int]:
     return {j: by for j, by in last.items() if by is not None}
 
 
-def queue_entries(session: Session, policy: str, now: float | None = None) -> list[QueueEntryView]:
+def queued_job(row: JobRow, caller: Caller, now: float) -> QueueJobView:
+    """The job in full if the caller may see it (`Caller.may_see`), else only what the queue needs."""
+    if caller.may_see(row.user_name, row.group_name):
+        return job_view(row, None, now)
+    return other_job_view(row)
+
+
+def _unplanned_reason(row: JobRow, shown: bool) -> str:
+    """Why a job the planner skipped waits; who asked is named only to those who may see the job."""
+    if row.cancel_requested:
+        return f"being cancelled (asked by {row.cancel_by})" if shown else "being cancelled"
+    if shown:
+        return f"suspended by admin {row.held_by}; `hai resume` releases it"
+    return "suspended by an admin"
+
+
+def queue_entries(
+    session: Session, policy: str, caller: Caller, now: float | None = None
+) -> list[QueueEntryView]:
     """Waiting jobs in the order a fresh plan would serve them; admin-held ones last."""
     now = time.time() if now is None else now
     view = read_store(session, policy)
@@ -45,7 +65,7 @@ def queue_entries(session: Session, policy: str, now: float | None = None) -> li
         entries.append(
             QueueEntryView(
                 position=len(entries) + 1,
-                job=job_view(row, None, now),
+                job=queued_job(row, caller, now),
                 weight=w.score,
                 terms=tuple(WeightTermView(name=t.name, value=t.value, note=t.note) for t in w.terms),
                 reason=reason,
@@ -63,10 +83,6 @@ def queue_entries(session: Session, policy: str, now: float | None = None) -> li
             add(d.job_id, f"cannot run: {d.reason}", None)
     planned = {e.job.id for e in entries}
     for row in sorted(waiting, key=lambda r: r.id):
-        if row.id in planned:
-            continue
-        if row.cancel_requested:
-            add(row.id, f"being cancelled (asked by {row.cancel_by})", None)
-        elif row.held:
-            add(row.id, f"suspended by admin {row.held_by}; `hai resume` releases it", None)
+        if row.id not in planned and (row.cancel_requested or row.held):
+            add(row.id, _unplanned_reason(row, caller.may_see(row.user_name, row.group_name)), None)
     return entries

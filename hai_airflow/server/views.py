@@ -12,6 +12,7 @@ from hai_airflow.spec import (
     InstanceView,
     JobDetailView,
     JobView,
+    OtherJobView,
     WorkerPlacementView,
     priority_class,
 )
@@ -60,6 +61,21 @@ def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str
 
 def job_view(row: JobRow, current: InstanceRow | None, now: float) -> JobView:
     return JobView.model_validate(job_fields(row, current, now))
+
+
+def other_job_view(row: JobRow) -> OtherJobView:
+    """Another user's job: only what the queue needs, field by field, so nothing else can slip in."""
+    return OtherJobView(
+        id=row.id,
+        mode=row.mode,  # type: ignore[arg-type]
+        state=row.state,  # type: ignore[arg-type]
+        priority=priority_class(row.max_schedule),
+        max_schedule=row.max_schedule,
+        gpus=row.workers * row.gpus_per_worker,
+        gpu_type=row.gpu_type,
+        workers=row.workers,
+        submitted_at=when(row.submitted_at),  # type: ignore[arg-type]
+    )
 
 
 def event_view(e: EventRow) -> EventView:

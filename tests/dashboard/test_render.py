@@ -9,18 +9,18 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
-from hai_airflow.client import HaiClient
+from hai_airflow.client import AsyncHaiClient
 from hai_airflow.dashboard.app import SignInRequired, create_dashboard_app
 from tests.dashboard import snapshot
 from tests.dashboard.dom import Node, parse
 
 
-def _client_for(transport: httpx.BaseTransport):  # type: ignore[no-untyped-def]
-    def client_for(request: Request) -> HaiClient:
+def _client_for(transport: httpx.AsyncBaseTransport):  # type: ignore[no-untyped-def]
+    async def client_for(request: Request) -> AsyncHaiClient:
         token = request.headers.get("x-test-token")
         if token is None:
             raise SignInRequired("no token", "send one")
-        return HaiClient(server="http://hai.test", token=token, transport=transport)
+        return AsyncHaiClient(server="http://hai.test", token=token, transport=transport)
 
     return client_for
 
@@ -157,8 +157,8 @@ def test_missing_or_refused_credentials_get_a_sign_in_page(ui: TestClient) -> No
 
 
 def test_an_unreachable_server_is_a_502_page() -> None:
-    def down(_request: Request) -> HaiClient:
-        return HaiClient(server="http://127.0.0.1:9", token="t", timeout=2)
+    async def down(_request: Request) -> AsyncHaiClient:
+        return AsyncHaiClient(server="http://127.0.0.1:9", token="t", timeout=2)
 
     with TestClient(create_dashboard_app(down)) as client:
         resp = client.get("/queue")

@@ -1,4 +1,4 @@
-"""/metrics: scraped without a token after a real preemption, parsed with Prometheus's own parser."""
+"""/metrics: scraped with an admin's token after a real preemption, parsed with Prometheus's own parser."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from hai_airflow.server.tables import InstanceRow, JobRow
 from tests.server.conftest import Api
 from tests.server.scripts import TRAIN
+from tests.support.live_server import TOKENS
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def scrape(api: Api) -> Samples:
-    r = api.http.get("/metrics")
+    r = api.http.get("/metrics", headers={"Authorization": f"Bearer {TOKENS['admin']}"})
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     return {
@@ -84,7 +85,7 @@ def test_metrics_after_a_preemption(api: Api) -> None:
     assert value(m, "hai_queued_jobs", priority="low", group="vision") is None
 
 
-def test_metrics_need_no_token_and_label_routes_by_template(api: Api) -> None:
+def test_metrics_label_routes_by_template(api: Api) -> None:
     api.get("/jobs/12345")
     api.http.get("/no/such/path")
     m = scrape(api)

@@ -50,7 +50,7 @@ def nodes(ctx: CtxDep, caller: CallerDep) -> list[NodeView]:
 @router.get("/queue")
 def get_queue(ctx: CtxDep, caller: CallerDep) -> list[QueueEntryView]:
     with ctx.store.read() as s:
-        return queue.queue_entries(s, ctx.config.server.policy)
+        return queue.queue_entries(s, ctx.config.server.policy, caller)
 
 
 @router.get("/quota")
