@@ -227,6 +227,12 @@ class UserConfig(_Strict):
         default=None, ge=0, description="Personal high-priority GPU quota; None = the group's."
     )
     token: str | None = Field(default=None, description="API token (Bearer).")
+    token_env: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Used when `token` is absent: the environment variable of hai serve holding the "
+        "token, so the file holds no secret; hai serve refuses to start while it is unset.",
+    )
 
 
 # --------------------------------------------------------------------------------------------

@@ -63,9 +63,28 @@ def _apply_groups(s: Session, config: ServerConfig) -> None:
         row.admins = json.dumps(list(g.admins))
 
 
+def configured_tokens(config: ServerConfig) -> dict[str, str]:
+    """Each user's token as the config gives it: `token`, else the variable `token_env` names, if set."""
+    tokens = {}
+    for u in config.users:
+        token = u.token or (os.environ.get(u.token_env) if u.token_env else None)
+        if token:
+            tokens[u.name] = token
+    return tokens
+
+
+def unset_token_env(config: ServerConfig) -> tuple[int, str] | None:
+    """(index, variable) of the first user whose `token_env` names an unset variable, else None."""
+    for i, u in enumerate(config.users):
+        if not u.token and u.token_env and not os.environ.get(u.token_env):
+            return i, u.token_env
+    return None
+
+
 def _apply_users(s: Session, config: ServerConfig, key: bytes) -> dict[str, str]:
     users = {u.name: u for u in s.scalars(select(UserRow))}
-    configured = {token_hash(key, u.token): u.name for u in config.users if u.token}
+    given = configured_tokens(config)
+    configured = {token_hash(key, token): name for name, token in given.items()}
     for holder in users.values():
         # A token the file now gives to someone else is taken away from its old holder.
         if holder.token_hash in configured and configured[holder.token_hash] != holder.name:
@@ -76,8 +95,8 @@ def _apply_users(s: Session, config: ServerConfig, key: bytes) -> dict[str, str]
         row = users.get(u.name)
         wanted = _quota_json(u.quota_gpus)
         if row is None:
-            token = u.token or new_token()
-            if not u.token:
+            token = given.get(u.name) or new_token()
+            if u.name not in given:
                 generated[u.name] = token
             row = UserRow(
                 name=u.name, token_hash=token_hash(key, token), quota_gpus=u.quota_gpus, config_quota=wanted
@@ -85,8 +104,8 @@ def _apply_users(s: Session, config: ServerConfig, key: bytes) -> dict[str, str]
             s.add(row)
         elif row.config_quota != wanted:
             row.quota_gpus, row.config_quota = u.quota_gpus, wanted
-        if u.token:
-            row.token_hash = token_hash(key, u.token)
+        if u.name in given:
+            row.token_hash = token_hash(key, given[u.name])
         row.group_name = u.group
         row.role = u.role
     return generated
@@ -132,7 +151,7 @@ def write_token_file(
     if name is None:
         return None
     path = home / "token"
-    configured = {u.name: u.token for u in config.users if u.token}
+    configured = configured_tokens(config)
     with store.write() as s:
         store.lock_setup(s)
         row = s.get(UserRow, name)

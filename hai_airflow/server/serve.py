@@ -27,7 +27,13 @@ from hai_airflow.server.config import (
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import holder_identity
-from hai_airflow.server.provision import apply_config, claim_token_key, write_private, write_token_file
+from hai_airflow.server.provision import (
+    apply_config,
+    claim_token_key,
+    unset_token_env,
+    write_private,
+    write_token_file,
+)
 from hai_airflow.server.store import Store, database_url
 from hai_airflow.server.tokens import KEY_FILE_NAME, read_or_create_key
 from hai_airflow.spec import NodeConfig
@@ -119,6 +125,15 @@ def build(
     config: ServerConfig, home: Path, config_path: Path | None = None
 ) -> tuple[ServerContext, Controller]:
     """The store, the backend and the controller for `config` (exits are the caller's business)."""
+    unset = unset_token_env(config)
+    if unset is not None:
+        i, variable = unset
+        raise ConfigError(
+            config_path,
+            f"users[{i}].token_env",
+            f"{variable} is not set in hai serve's environment; set it to a long random secret "
+            "(e.g. `openssl rand -hex 24`)",
+        )
     try:
         backend = load_backend(config.server.backend, config.backend, home)
     except BackendUnavailable as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import shutil
@@ -17,6 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 COMPOSE = REPO / "docker-compose.yaml"
 AIRFLOW_SERVICES = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
 LONG_RUNNING = ("postgres", "hai-server", *AIRFLOW_SERVICES)
+ADMIN_TOKEN = "HAI_ADMIN_TOKEN"
+"""The variable the hai admin's token comes from; compose refuses to start without it."""
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,8 @@ def commands(compose: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def test_compose_itself_accepts_the_file(tmp_path: Path) -> None:
+def compose_config(admin_token: str | None) -> subprocess.CompletedProcess[str]:
+    """`docker-compose config -q` (or the compose plugin's) with or without the admin token set."""
     plugin = shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True)
     if shutil.which("docker-compose"):
         argv = ["docker-compose", "-f", str(COMPOSE), "config", "-q"]
@@ -55,8 +59,36 @@ def test_compose_itself_accepts_the_file(tmp_path: Path) -> None:
         argv = ["docker", "compose", "-f", str(COMPOSE), "config", "-q"]
     else:
         pytest.skip("no docker-compose and no compose plugin (apt-get install docker-compose)")
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
+    env = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN}
+    if admin_token is not None:
+        env[ADMIN_TOKEN] = admin_token
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+
+
+def test_compose_itself_accepts_the_file() -> None:
+    done = compose_config("0123456789abcdef0123456789abcdef")
     assert done.returncode == 0, done.stderr
+
+
+def test_compose_refuses_to_start_without_an_admin_token() -> None:
+    """No default token is shipped: without HAI_ADMIN_TOKEN compose says what to set, and starts nothing."""
+    done = compose_config(None)
+    assert done.returncode != 0
+    assert f"Set {ADMIN_TOKEN} in .env" in done.stderr + done.stdout
+
+
+def test_no_secret_is_shipped_and_ports_stay_on_this_host(compose: dict[str, Any]) -> None:
+    text_ = COMPOSE.read_text() + "".join(p.read_text() for p in (REPO / ".ci" / "compose").glob("*.toml"))
+    assert "change-me-admin-token" not in text_ and not re.search(r"^token\s*=", text_, re.M)
+    for name, svc in services(compose).items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} beyond this host"
+    hai = services(compose)["hai-server"]
+    assert hai["environment"][ADMIN_TOKEN].startswith(f"${{{ADMIN_TOKEN}:?")
+    # Only the server holds the Docker socket (it is root on the host); the compose file says so.
+    holders = [n for n, svc in services(compose).items() if "docker.sock" in str(svc.get("volumes"))]
+    assert holders == ["hai-server"]
+    assert "Docker socket" in COMPOSE.read_text() and "root on this host" in COMPOSE.read_text()
 
 
 def test_the_services_and_how_they_wait_for_each_other(compose: dict[str, Any]) -> None:
@@ -81,7 +113,7 @@ def test_airflow_runs_the_local_executor_with_the_project_folders(compose: dict[
         env = svc["environment"]
         assert env["AIRFLOW__CORE__EXECUTOR"] == "LocalExecutor"
         assert env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("postgresql")
-        assert env["AIRFLOW_CONN_HAI_DEFAULT"].startswith("${AIRFLOW_CONN_HAI_DEFAULT:-hai://")
+        assert env["AIRFLOW_CONN_HAI_DEFAULT"].startswith(f"hai://:${{{ADMIN_TOKEN}:?")
         mounts = {v.split(":")[0]: v.split(":")[1] for v in svc["volumes"]}
         assert mounts == {"./dags": "/opt/airflow/dags", "./plugins": "/opt/airflow/plugins",
                           "./include": "/opt/airflow/include"}  # fmt: skip
@@ -177,7 +209,6 @@ def test_the_sample_server_configs_are_valid(name: str) -> None:
     else:
         KubernetesOptions.model_validate(config.backend)
     assert config.server.host == "0.0.0.0"  # reachable from the Airflow containers
-    tokens = {u.token for u in config.users}
-    compose_text = COMPOSE.read_text()
-    default_conn = re.search(r"AIRFLOW_CONN_HAI_DEFAULT:-hai://:([^@]+)@", compose_text)
-    assert default_conn and default_conn.group(1) in tokens
+    # The admin's token comes from the variable compose requires and builds Airflow's connection from.
+    assert all(u.token is None for u in config.users)
+    assert [u.token_env for u in config.users if u.role == "platform_admin"] == [ADMIN_TOKEN]

@@ -380,3 +380,23 @@ def test_run_as_an_unknown_user_stops_the_server_naming_the_field(tmp_path: Path
     out = serve_expecting_refusal(home, {})
     assert out.returncode == 2 and "backend.run_as" in out.stderr and "no-such-user-7f3a" in out.stderr
     assert not (home / "hai.db").exists()
+
+
+# ---- tokens from the environment (compose) -------------------------------------------------------
+
+
+def test_a_token_env_keeps_the_token_out_of_the_file_and_must_be_set(tmp_path: Path) -> None:
+    config = TEST_CONFIG.replace('token = "admin-token"', 'token_env = "HAI_TEST_ADMIN_TOKEN"', 1)
+    home = tmp_path / "hai"
+    home.mkdir()
+    (home / "config.toml").write_text(config)
+    out = serve_expecting_refusal(home, {})
+    assert out.returncode == 2, out.stderr
+    assert "users[0].token_env" in out.stderr and "HAI_TEST_ADMIN_TOKEN is not set" in out.stderr
+    assert not (home / "hai.db").exists()
+    secret = "env-given-admin-token-5b7e1d"
+    with LiveServer(home, config, {"HAI_TEST_ADMIN_TOKEN": secret}).start() as server:
+        assert server.token == secret, "the local admin's token file holds the configured token"
+        with server.client(secret) as admin:
+            assert admin.whoami()["user"] == "admin"
+        assert secret not in stored_text(server, {})
