@@ -6,7 +6,15 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 MAX_SCHEDULE_CHOICES: tuple[int, ...] = (0, 4, 6, 8, 24, 48)
 """Allowed `--max-schedule` values (hours of expected queueing); 0 = low priority."""
@@ -23,6 +31,15 @@ JobState = Literal[
 TERMINAL_STATES: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 EndReason = Literal["completed", "failed", "preempted", "cancelled", "lost", "suspended"]
 PriorityClass = Literal["high", "low"]
+
+
+def canonical_gpu_type(name: str) -> str:
+    """The one spelling of a GPU type everywhere (specs, nodes, packages, node labels): upper case."""
+    return name.strip().upper()
+
+
+GpuType = Annotated[str, AfterValidator(canonical_gpu_type), Field(min_length=1, max_length=63)]
+"""A GPU type name as given (v100, V100); stored and compared as `canonical_gpu_type` makes it."""
 
 
 class _Strict(BaseModel):
@@ -153,7 +170,7 @@ class StandaloneJobSpec(_JobSpecBase):
 
     mode: Literal["standalone"] = Field(default="standalone", description="Training mode.")
     resource_pkg: int = Field(description="Resource package id (see `hai res`).")
-    gpu_type: str | None = Field(
+    gpu_type: GpuType | None = Field(
         default=None, description="GPU type (V100, A100, P100, T4...); default: the package's."
     )
 
@@ -167,7 +184,7 @@ class DistributedJobSpec(_JobSpecBase):
         default=None, description="Image of each worker; default: `image`."
     )
     worker_resource_pkg: int = Field(description="Resource package of one worker (see `hai res`).")
-    gpu_type: str | None = Field(
+    gpu_type: GpuType | None = Field(
         default=None, description="GPU type; default: the worker package's."
     )
 
@@ -193,7 +210,7 @@ class SubmitRequest(_Strict):
 
 class NodeConfig(_Strict):
     name: str = Field(min_length=1, description="Node name (unique).")
-    gpu_type: str = Field(default="V100", description="GPU type of every GPU on the node.")
+    gpu_type: GpuType = Field(default="V100", description="GPU type of every GPU on the node.")
     gpus: int = Field(default=8, ge=0, le=64, description="Number of GPUs.")
     cpus: float = Field(default=32, gt=0, description="CPU cores.")
     memory_gb: float = Field(default=256, gt=0, description="Memory, GB.")
@@ -205,7 +222,7 @@ class NodeConfig(_Strict):
 class ResourcePackage(_Strict):
     id: int = Field(ge=0, description="Package id, used by --resource-pkg.")
     name: str = Field(description="Human name, e.g. 8xV100.")
-    gpu_type: str = Field(description="GPU type.")
+    gpu_type: GpuType = Field(description="GPU type.")
     gpus: int = Field(ge=0, description="GPUs per worker.")
     cpus: float = Field(gt=0, description="CPU cores per worker.")
     memory_gb: float = Field(gt=0, description="Memory per worker, GB.")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hai_airflow.backends.confine import PathRules
 from hai_airflow.scheduling.model import Node, Placement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -30,6 +31,8 @@ class Launch:
     storages: Mapping[int, str] = field(default_factory=dict)
     """Project storage id -> host path (local/docker) or PVC name (kubernetes)."""
     grace_seconds: int = 0
+    paths: PathRules | None = None
+    """The path rule of the job's owner, for the backend's check right before it mounts anything."""
 
 
 @dataclass(frozen=True)

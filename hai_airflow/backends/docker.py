@@ -113,6 +113,8 @@ class DockerBackend:
             raise StartError(
                 f"image {image} is not present on host {self.host}; build or load it first"
             ) from None
+        # Refuse a path that became a symlink out of bounds before anything is written through it.
+        cfg.mounts(launch, self.options)
         if launch.spec.code_src == "git":
             try:
                 checkout(launch.spec.code_path, launch.spec.git_branch, Path(cfg.code_dir(launch)))

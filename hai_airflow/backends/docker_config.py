@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hai_airflow.backends.base import Launch
+from hai_airflow.backends.base import Launch, StartError
+from hai_airflow.backends.confine import PathRefused, launch_mounts
 from hai_airflow.backends.workerenv import WorkerSlot, worker_env, worker_slots
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
@@ -104,17 +105,23 @@ def master_addr_port(launch: Launch, opts: DockerOptions) -> tuple[str, int]:
     return "127.0.0.1", 20000 + launch.instance_id % 10000
 
 
-def mounts(launch: Launch) -> dict[str, dict[str, str]]:
-    """Bind mounts at the same path inside as outside, so every path in the job's env is valid in both."""
-    paths = [str(launch.work_dir)]
-    if launch.spec.code_src == "nas":
-        paths.append(launch.spec.code_path)
-    # The server resolves the model and checkpoint dirs (they default to a place under $HAI_HOME).
-    paths += [launch.env[k] for k in ("HAI_MODEL_DIR", "HAI_CHECKPOINT_DIR") if launch.env.get(k)]
-    if launch.spec.model_dir and Path(launch.spec.model_dir).is_absolute():
-        paths.append(launch.spec.model_dir)
-    paths += [launch.storages[i] for i in launch.spec.project_storage if i in launch.storages]
-    return {p: {"bind": p, "mode": "rw"} for p in dict.fromkeys(paths)}
+def engine_sockets(opts: DockerOptions) -> tuple[str, ...]:
+    """The socket of the engine this backend drives: never to be seen by a job."""
+    host = opts.docker_host or os.environ.get("DOCKER_HOST", "")
+    return (host.removeprefix("unix://"),) if host.startswith("unix://") else ()
+
+
+def mounts(launch: Launch, opts: DockerOptions) -> dict[str, dict[str, str]]:
+    """Bind mounts at the same path inside as outside, so every path in the job's env is valid in both.
+
+    Each path is checked and its symlinks resolved now, right before the engine mounts it: the host
+    path the engine binds is the resolved one, so a symlink planted after submission leads nowhere.
+    """
+    try:
+        found = launch_mounts(launch, engine_sockets(opts))
+    except PathRefused as e:
+        raise StartError(f"{e.field} {e.path} cannot be mounted: {e.reason}") from None
+    return {m.source: {"bind": m.target, "mode": "rw"} for m in found}
 
 
 def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict[str, str]:
@@ -154,7 +161,7 @@ def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict
         "working_dir": code_dir(launch),
         "environment": environment(launch, slot, opts),
         "labels": labels(launch, slot.rank, opts),
-        "volumes": mounts(launch),
+        "volumes": mounts(launch, opts),
         "init": True,
         "detach": True,
     }

@@ -25,6 +25,7 @@ from hai_airflow.backends.k8s_pods import BROKEN_AT_START, PodState, describe, p
 from hai_airflow.backends.logs import read_tail
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.scheduling.model import Node
+from hai_airflow.spec import canonical_gpu_type
 
 log = logging.getLogger(__name__)
 WATCH_SECONDS = 20
@@ -138,7 +139,8 @@ class KubernetesBackend:
             alloc = (n.status.allocatable if n.status else None) or {}
             labels = n.metadata.labels or {}
             product = labels.get("nvidia.com/gpu.product", "")
-            kind = labels.get(self.options.gpu_type_label) or (gpu_type(product) if product else "none")
+            named = labels.get(self.options.gpu_type_label) or (gpu_type(product) if product else "")
+            kind = canonical_gpu_type(named) if named else "none"
             nodes.append(
                 Node(
                     name=n.metadata.name,

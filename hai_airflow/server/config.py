@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from hai_airflow.backends.confine import template_problem
 from hai_airflow.spec import GroupConfig, NodeConfig, ResourcePackage, UserConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -57,6 +58,42 @@ class CheckpointsSection(_Section):
     )
 
 
+class PathsSection(_Section):
+    allowed: tuple[str, ...] | None = Field(
+        default=None,
+        description="Roots that code paths, model dirs and data may lie under; {user} and {group} are "
+        "the job owner's; unset = anywhere but system paths and $HAI_HOME.",
+    )
+
+    @field_validator("allowed")
+    @classmethod
+    def _roots_usable(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for template in v or ():
+            problem = template_problem(template)
+            if problem is not None:
+                raise ValueError(f"{problem}; write absolute roots such as \"/nas/{{user}}\"")
+        return v
+
+
+class StorageConfig(_Section):
+    """One `[storages.<id>]` table: where the project's data is and who may mount it."""
+
+    path: str = Field(min_length=1, description="Host path (local, docker) or PVC name (kubernetes).")
+    groups: tuple[str, ...] = Field(default=(), description="Groups whose members may mount it.")
+    users: tuple[str, ...] = Field(default=(), description="Users who may mount it.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _not_bare(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            # A bare path would let every user mount the project's data.
+            raise ValueError(
+                f"a bare path ({v!r}) names no owners; write a table: "
+                f'[storages.<id>] path = "{v}" groups = ["<group>"] (and/or users = ["<user>"])'
+            )
+        return v
+
+
 class ServerConfig(_Section):
     """The whole file; list sections are TOML arrays of tables (`[[nodes]]`, `[[users]]`...)."""
 
@@ -68,9 +105,10 @@ class ServerConfig(_Section):
     resource_packages: tuple[ResourcePackage, ...] = Field(default=(), description="[[resource_packages]]")
     groups: tuple[GroupConfig, ...] = Field(default=(), description="[[groups]]")
     users: tuple[UserConfig, ...] = Field(default=(), description="[[users]]")
-    storages: dict[int, str] = Field(
-        default_factory=dict, description="[storages] project storage id -> path."
+    storages: dict[int, StorageConfig] = Field(
+        default_factory=dict, description="[storages.<id>] project storages and who may mount them."
     )
+    paths: PathsSection = Field(default_factory=PathsSection, description="[paths]")
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection, description="[checkpoints]")
 
     @model_validator(mode="after")
@@ -88,6 +126,17 @@ class ServerConfig(_Section):
                     f"users[{i}].group: group {u.group!r} of user {u.name!r} is not defined; "
                     f"add a [[groups]] entry with name = {u.group!r}"
                 )
+        for sid, storage in self.storages.items():
+            for owner_group in storage.groups:
+                if owner_group not in groups:
+                    raise ValueError(
+                        f"storages.{sid}.groups: group {owner_group!r} is not defined; add a [[groups]] entry"
+                    )
+            for owner in storage.users:
+                if owner not in users:
+                    raise ValueError(
+                        f"storages.{sid}.users: {owner!r} is not a configured user; add a [[users]] entry"
+                    )
         for i, g in enumerate(self.groups):
             for admin in g.admins:
                 if admin not in users:
@@ -228,6 +277,15 @@ def default_config_text(detected: Sequence[NodeConfig] | None, os_user: str | No
     parts += [_table("[[resource_packages]]", p) for p in default_packages([n.gpu_type for n in nodes])]
     parts.append(_table("[[groups]]", GroupConfig(name="default", admins=(user,))))
     parts.append(_table("[[users]]", UserConfig(name=user, group="default", role="platform_admin")))
-    parts.append('[storages]\n# 10111 = "/data/projects/10111"\n')
+    parts.append(
+        "[paths]\n"
+        "# Where code paths, model dirs and data may lie; {user} and {group} are the job owner's.\n"
+        "# Unset: anywhere but system paths, the Docker socket and other jobs' dirs in $HAI_HOME.\n"
+        '# allowed = ["/nas/{user}", "/nas/groups/{group}"]\n'
+    )
+    parts.append(
+        "# Project storages and who may mount them (platform admins may mount any):\n"
+        '# [storages.10111]\n# path = "/data/projects/10111"\n# groups = ["default"]\n# users = []\n'
+    )
     parts.append(_table("[checkpoints]", CheckpointsSection()))
     return "\n".join(parts)

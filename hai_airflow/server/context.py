@@ -35,7 +35,7 @@ class ServerContext:
 
     @property
     def storages(self) -> dict[int, str]:
-        return dict(self.config.storages)
+        return {sid: storage.path for sid, storage in self.config.storages.items()}
 
     def jobs_dir(self, job_id: int) -> Path:
         return self.home / "jobs" / str(job_id)

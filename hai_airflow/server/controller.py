@@ -18,7 +18,7 @@ from hai_airflow.backends import logs
 from hai_airflow.backends.base import Backend, Exit, Handle, Launch, StartError
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Admit, Hold, Reject, Reserve, Suspend
-from hai_airflow.server import lease, transitions
+from hai_airflow.server import lease, paths, transitions
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.hints import failure_hint
@@ -185,7 +185,7 @@ class Controller:
                 job = s.get(JobRow, inst.job_id) if inst is not None else None
             if inst is None or job is None or inst.ended_at is not None:
                 continue
-            final = self._checkpoint_of(inst)
+            final = self._checkpoint_of(job.user_name, job.group_name, inst)
             hint = None
             if not ex.lost and ex.exit_code not in (0, None) and inst.stop_kind is None:
                 last = logs.read_tail(Path(inst.log_path), HINT_LOG_LINES, home=self.ctx.home)
@@ -344,7 +344,10 @@ class Controller:
         self.ctx.changed.notify()
         failure: str | None = None
         handle: Handle | None = None
+        rules = paths.rules_for(self.ctx.config, self.ctx.home, user, group, self.ctx.jobs_dir(row.id))
         try:
+            if (problem := paths.launch_problem(self.ctx.config, rules, spec, model_dir)) is not None:
+                raise StartError(problem)
             model_dir.mkdir(parents=True, exist_ok=True)
             work_dir.mkdir(parents=True, exist_ok=True)
             storages = {
@@ -377,6 +380,7 @@ class Controller:
                 work_dir=work_dir,
                 storages=storages,
                 grace_seconds=spec.effective_grace_seconds,
+                paths=rules,
             )
             handle = self.backend.start(launch)
         except StartError as e:
@@ -405,9 +409,12 @@ class Controller:
 
     # ---- checkpoints --------------------------------------------------------------------------
 
-    def _checkpoint_of(self, inst: InstanceRow) -> Checkpoint | None:
+    def _checkpoint_of(self, user: str, group: str, inst: InstanceRow) -> Checkpoint | None:
         if not inst.model_dir:
             return None
+        if not paths.may_watch(self.ctx.config, self.ctx.home, user, group, inst.job_id, inst.model_dir):
+            return None
+
         cfg = self.ctx.config.checkpoints
         # After a kill without grace, files written since the kill request may be half-written.
         cutoff = inst.stop_requested_at if inst.stop_kind and inst.grace_seconds == 0 else None
@@ -417,13 +424,15 @@ class Controller:
         """Show each running job's newest checkpoint on the job (passed to its next instance)."""
         with self.ctx.store.read() as s:
             rows = s.execute(
-                select(JobRow.id, JobRow.latest_checkpoint_at, InstanceRow)
+                select(
+                    JobRow.id, JobRow.latest_checkpoint_at, JobRow.user_name, JobRow.group_name, InstanceRow
+                )
                 .join(InstanceRow, InstanceRow.id == JobRow.current_instance_id)
                 .where(JobRow.state.in_(("RUNNING", "SUSPENDING")))
             ).all()
         found: dict[int, Checkpoint] = {}
-        for job_id, latest_at, inst in rows:
-            ckpt = self._checkpoint_of(inst)
+        for job_id, latest_at, user, group, inst in rows:
+            ckpt = self._checkpoint_of(user, group, inst)
             if ckpt is not None and (latest_at is None or ckpt.at > latest_at):
                 found[job_id] = ckpt
         if not found:

@@ -16,6 +16,7 @@ from hai_airflow.scheduling.model import Job
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
+from hai_airflow.server.paths import check_spec_paths, check_storage_owners
 from hai_airflow.server.snapshot import current_instances, planner_job, quota_of, unfinished_jobs
 from hai_airflow.server.tables import EventRow, JobRow
 from hai_airflow.spec import (
@@ -86,8 +87,12 @@ def resolve_resources(
     return Resources(workers, pkg.gpus, pkg.cpus, pkg.memory_gb, gpu_type)
 
 
-def check_references(ctx: ServerContext, spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec) -> None:
+def check_references(
+    ctx: ServerContext, caller: Caller, spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
+) -> None:
+    """Refuse what the job names but may not have: unknown or others' storages, paths outside its roots."""
     storages = ctx.storages
+
     for sid in spec.project_storage:
         if sid not in storages:
             known = ", ".join(str(s) for s in sorted(storages)) or "none configured"
@@ -98,6 +103,8 @@ def check_references(ctx: ServerContext, spec: CpuJobSpec | StandaloneJobSpec | 
                 fix=f"Use a configured project storage id (known: {known}) or ask the platform admin "
                 "to add it",
             )
+    check_storage_owners(ctx.config, caller, spec)
+    check_spec_paths(ctx.config, ctx.home, caller, spec)
     # The local backend runs on this machine, so a missing directory can be refused now
     # instead of failing later as a job.
     local_nas = ctx.config.server.backend == "local" and spec.code_src == "nas"
@@ -148,7 +155,7 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
         with ctx.store.read() as s:
             if (known := _existing(s, caller, request.client_key)) is not None:
                 return known, False
-    check_references(ctx, spec)
+    check_references(ctx, caller, spec)
     res = resolve_resources(ctx, spec)
     try:
         with ctx.store.write() as s:

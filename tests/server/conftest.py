@@ -27,7 +27,15 @@ from hai_airflow.server.tables import InstanceRow
 from tests.support import postgres
 from tests.support.live_server import TEST_CONFIG, TOKENS, reap_strays
 
-STORAGE_CONFIG = '\n[storages]\n10111 = "{home}/storage/10111"\n10222 = "{home}/storage/10222"\n'
+STORAGE_CONFIG = """
+[storages.10111]
+path = "{home}/storage/10111"
+groups = ["vision"]
+
+[storages.10222]
+path = "{home}/storage/10222"
+users = ["dave"]
+"""
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,203 @@
+"""Where user-given paths may live: the confinement rule, pure but for resolving symlinks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hai_airflow.backends.base import Launch
+
+NEVER_MOUNTABLE: tuple[str, ...] = (
+    "/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/root", "/bin", "/sbin", "/lib",
+    "/lib32", "/lib64", "/usr", "/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet",
+)  # fmt: skip
+"""System paths: nothing at or below them is ever mounted into a job, whatever the config says."""
+
+DOCKER_SOCKETS: tuple[str, ...] = ("/var/run/docker.sock", "/run/docker.sock")
+"""Engine sockets: a job that sees one is root on the host, so no mount may contain them."""
+
+PLACEHOLDERS: tuple[str, ...] = ("{user}", "{group}")
+"""What `[paths] allowed` roots may contain; each is replaced by the job owner's name or group."""
+
+
+@dataclass(frozen=True)
+class PathRules:
+    """Everything the rule needs to judge one job's paths."""
+
+    allowed: tuple[str, ...] | None
+    """Roots (already filled in for the job's owner) user-given paths must lie under; None = anywhere."""
+    home: str | None
+    """The server's $HAI_HOME: its state, and every job's directory (None: a backend used alone)."""
+    own_dir: str | None = None
+    """The job's own directory under $HAI_HOME, once it has one (at launch); None at submission."""
+    protected: tuple[str, ...] = ()
+    """More paths no mount may contain (e.g. the socket of the engine the backend talks to)."""
+
+
+class PathRefused(ValueError):
+    """A user-given path that must not be used: which field, why, and how to fix it."""
+
+    def __init__(self, field: str, path: str, reason: str, fix: str):
+        self.field = field
+        self.path = path
+        self.reason = reason
+        self.fix = fix
+        super().__init__(f"{field} {path}: {reason}")
+
+
+def _under(path: str, root: str) -> bool:
+    """True when `path` is `root` or lies below it (both absolute and normalised)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def fill_root(template: str, user: str, group: str) -> str | None:
+    """A `[paths] allowed` root for one user; None when a name would add or climb a path level."""
+    for placeholder, name in (("{user}", user), ("{group}", group)):
+        if placeholder in template and (not name or "/" in name or name in (".", "..")):
+            return None
+    return template.replace("{user}", user).replace("{group}", group)
+
+
+def template_problem(template: str) -> str | None:
+    """Why a `[paths] allowed` root cannot be used, or None."""
+    if not template.startswith("/"):
+        return f"{template!r} is not an absolute path"
+    if ".." in PurePosixPath(template).parts:
+        return f"{template!r} contains '..'"
+    rest = template
+    for placeholder in PLACEHOLDERS:
+        rest = rest.replace(placeholder, "")
+    if "{" in rest or "}" in rest:
+        return f"{template!r} has a placeholder other than {{user}} and {{group}}"
+    return None
+
+
+def allowed_roots(templates: Sequence[str] | None, user: str, group: str) -> tuple[str, ...] | None:
+    """The roots one user's paths may lie under (None = no `[paths] allowed`: anywhere)."""
+    if templates is None:
+        return None
+    return tuple(r for t in templates if (r := fill_root(t, user, group)) is not None)
+
+
+def _versions(path: str) -> list[str]:
+    """The path as written, then with every symlink resolved (both must obey the rule)."""
+    return list(dict.fromkeys((os.path.normpath(path), os.path.realpath(path))))
+
+
+def system_problem(path: str, rules: PathRules, whole_tree: bool) -> str | None:
+    """Why `path` (absolute, normalised) may never be used, or None.
+
+    `whole_tree`: everything below the path becomes visible (a mount, a scanned model dir), so it
+    may not contain the server's state or a system path either; a local job's working directory
+    only reads what its OS user may read anyway.
+    """
+    if path == "/":
+        return "it is the root directory"
+    for never in NEVER_MOUNTABLE:
+        if _under(path, never):
+            return f"it is at or below the system path {never}"
+    homes = [rules.home] if rules.home else []
+    guarded = [*NEVER_MOUNTABLE, *DOCKER_SOCKETS, *rules.protected, *homes] if whole_tree else []
+    for inner in guarded:
+        for version in _versions(inner):
+            if _under(version, path):
+                what = "the server's $HAI_HOME" if inner == rules.home else inner
+                return f"it contains {what}"
+    for home in (v for h in homes for v in _versions(h)):
+        if _under(path, home):
+            own = rules.own_dir
+            if own is None or not any(_under(path, d) for d in _versions(own)):
+                return "it lies in the server's $HAI_HOME outside this job's own directory"
+    return None
+
+
+def confine(path: str, rules: PathRules, field: str, whole_tree: bool = True) -> str:
+    """The path with symlinks resolved if the job may use it; else raise `PathRefused` naming `field`.
+
+    Checked as written and as resolved: a symlink inside an allowed root that leads out is refused.
+    """
+    fix = "Use a directory of your own under the allowed roots, without '..' or symlinks leading out"
+    if not path.startswith("/"):
+        raise PathRefused(
+            field, path, "it is not an absolute path", "Give the full path, e.g. /nas/you/project"
+        )
+    if ".." in PurePosixPath(path).parts:
+        raise PathRefused(field, path, "it contains '..'", fix)
+    versions = _versions(path)
+    for version in versions:
+        problem = system_problem(version, rules, whole_tree)
+        if problem is not None:
+            raise PathRefused(field, path, f"{problem}; it is never given to a job", fix)
+    if rules.allowed is not None:
+        roots = [v for r in rules.allowed for v in _versions(r)]
+        own = [*_versions(rules.own_dir)] if rules.own_dir else []
+        for version in versions:
+            if not any(_under(version, r) for r in [*roots, *own]):
+                where = ", ".join(rules.allowed) or "none for you"
+                resolved = "" if version == os.path.normpath(path) else f" (resolves to {version})"
+                raise PathRefused(field, path, f"it is outside the allowed roots ({where}){resolved}", fix)
+    return os.path.realpath(path)
+
+
+def storage_problem(path: str, rules: PathRules) -> str | None:
+    """Why a configured project storage may not be mounted, or None (the admin chose the path)."""
+    for version in _versions(path):
+        if version == "/" or any(_under(version, n) for n in NEVER_MOUNTABLE):
+            return f"{version} is a system path"
+        homes = [rules.home] if rules.home else []
+        for inner in [*DOCKER_SOCKETS, *rules.protected, *homes]:
+            if any(_under(v, version) for v in _versions(inner)):
+                return f"{version} contains {inner}"
+        if any(_under(version, os.path.join(v, "jobs")) for h in homes for v in _versions(h)):
+            return f"{version} lies among the job directories of $HAI_HOME"
+    return None
+
+
+def relative_problem(path: str) -> str | None:
+    """Why a relative model_dir (kept inside the job's own directory) cannot be used, or None."""
+    if ".." in PurePosixPath(path).parts:
+        return "it contains '..'"
+    return None
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One host directory given to a job's container."""
+
+    source: str
+    """The host path with symlinks resolved at the moment of the check."""
+    target: str
+    """Where the job sees it: the path as the server wrote it into the job's environment."""
+
+
+def launch_mounts(launch: Launch, protected: Sequence[str] = ()) -> list[Mount]:
+    """Every host path an instance's containers mount, each checked against the rule now.
+
+    Called by the backends right before they mount: a directory swapped for a symlink after
+    submission is resolved here and refused. Raises `PathRefused` naming the first bad one.
+    """
+    base = launch.paths or PathRules(allowed=None, home=None)
+    rules = replace(base, protected=(*base.protected, *protected))
+    wanted: list[tuple[str, str]] = [(str(launch.work_dir), "work_dir")]
+    if launch.spec.code_src == "nas":
+        wanted.append((launch.spec.code_path, "spec.code_path"))
+    wanted += [
+        (launch.env[k], "spec.model_dir")
+        for k in ("HAI_MODEL_DIR", "HAI_CHECKPOINT_DIR")
+        if launch.env.get(k)
+    ]
+    mounts = {path: Mount(confine(path, rules, field), path) for path, field in wanted}
+    for sid in launch.spec.project_storage:
+        path = launch.storages.get(sid)
+        if path is None:
+            continue
+        problem = storage_problem(path, rules)
+        if problem is not None:
+            fix = "Ask the platform admin to point [storages] at a data directory"
+            raise PathRefused("spec.project_storage", path, f"project storage {sid}: {problem}", fix)
+        mounts.setdefault(path, Mount(os.path.realpath(path), path))
+    return list(mounts.values())

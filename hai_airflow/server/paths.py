@@ -1,0 +1,97 @@
+"""The server's side of path confinement and storage ownership: config in, `ApiError` out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hai_airflow.backends.confine import PathRefused, PathRules, allowed_roots, confine, relative_problem
+from hai_airflow.server.auth import Caller
+from hai_airflow.server.config import ServerConfig, StorageConfig
+from hai_airflow.server.errors import ApiError
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
+
+AnySpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
+MOUNTING_BACKENDS = frozenset({"docker", "kubernetes"})
+"""Backends that mount a job's paths into a container: the whole tree below a path becomes visible."""
+
+
+def rules_for(
+    config: ServerConfig, home: Path, user: str, group: str, own_dir: Path | None = None
+) -> PathRules:
+    """The path rules of one job owner (and, at launch, of the job's own directory)."""
+    return PathRules(
+        allowed=allowed_roots(config.paths.allowed, user, group),
+        home=str(home),
+        own_dir=str(own_dir) if own_dir is not None else None,
+    )
+
+
+def spec_path_problem(config: ServerConfig, rules: PathRules, spec: AnySpec) -> PathRefused | None:
+    """The first user-given path of `spec` that the rules refuse, or None."""
+    whole_code_tree = config.server.backend in MOUNTING_BACKENDS
+    try:
+        if spec.code_src == "nas":
+            confine(str(Path(spec.code_path).expanduser()), rules, "spec.code_path", whole_code_tree)
+        if spec.model_dir:
+            model_dir = str(Path(spec.model_dir).expanduser())
+            if model_dir.startswith("/"):
+                confine(model_dir, rules, "spec.model_dir")
+            elif (problem := relative_problem(model_dir)) is not None:
+                fix = "Give a path inside the job's directory without '..', or an absolute one you own"
+                return PathRefused("spec.model_dir", spec.model_dir, problem, fix)
+    except PathRefused as refused:
+        return refused
+    return None
+
+
+def check_spec_paths(config: ServerConfig, home: Path, caller: Caller, spec: AnySpec) -> None:
+    """Refuse (422 naming the field) a code path or model dir the caller may not use."""
+    refused = spec_path_problem(config, rules_for(config, home, caller.name, caller.group), spec)
+    if refused is not None:
+        raise ApiError(
+            422, f"{refused.path} cannot be used: {refused.reason}", field=refused.field, fix=refused.fix
+        )
+
+
+def may_mount(storage: StorageConfig, caller: Caller) -> bool:
+    """Platform admins mount any storage; others only those naming them or their group."""
+    return caller.is_platform_admin or caller.name in storage.users or caller.group in storage.groups
+
+
+def check_storage_owners(config: ServerConfig, caller: Caller, spec: AnySpec) -> None:
+    """Refuse (403) a project storage that names neither the caller nor the caller's group."""
+    for sid in spec.project_storage:
+        storage = config.storages.get(sid)
+        if storage is None or may_mount(storage, caller):
+            continue
+        owners = [*(f"group {g}" for g in storage.groups), *(f"user {u}" for u in storage.users)]
+        raise ApiError(
+            403,
+            f"project storage {sid} may be mounted only by {', '.join(owners) or 'platform admins'}; "
+            f"{caller.name} (group {caller.group}) is not among them",
+            field="spec.project_storage",
+            fix=f"Ask the platform admin to add you or your group to [storages.{sid}], or leave it out",
+        )
+
+
+def launch_problem(config: ServerConfig, rules: PathRules, spec: AnySpec, model_dir: Path) -> str | None:
+    """Why an instance may not start with its paths as they are now (a symlink may have been swapped in)."""
+    refused = spec_path_problem(config, rules, spec)
+    if refused is None:
+        try:
+            confine(str(model_dir), rules, "spec.model_dir")
+        except PathRefused as e:
+            refused = e
+    if refused is None:
+        return None
+    return f"{refused.field} {refused.path} cannot be used: {refused.reason}"
+
+
+def may_watch(config: ServerConfig, home: Path, user: str, group: str, job_id: int, model_dir: str) -> bool:
+    """Whether the checkpoint watcher may scan a model dir (never another job's dir, never `/`)."""
+    rules = rules_for(config, home, user, group, home / "jobs" / str(job_id))
+    try:
+        confine(model_dir, rules, "spec.model_dir")
+    except PathRefused:
+        return False
+    return True
