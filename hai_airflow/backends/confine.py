@@ -20,6 +20,9 @@ NEVER_MOUNTABLE: tuple[str, ...] = (
 DOCKER_SOCKETS: tuple[str, ...] = ("/var/run/docker.sock", "/run/docker.sock")
 """Engine sockets: a job that sees one is root on the host, so no mount may contain them."""
 
+MODEL_DIR_VARS: tuple[str, ...] = ("HAI_MODEL_DIR", "HAI_CHECKPOINT_DIR")
+"""The job's environment variables naming its model dir, as the server resolved it."""
+
 PLACEHOLDERS: tuple[str, ...] = ("{user}", "{group}")
 """What `[paths] allowed` roots may contain; each is replaced by the job owner's name or group."""
 
@@ -164,6 +167,20 @@ def relative_problem(path: str) -> str | None:
     return None
 
 
+def launch_rules(launch: Launch, protected: Sequence[str] = ()) -> PathRules:
+    """The rules a backend applies at launch: the server's for the job, plus what the backend guards."""
+    base = launch.paths or PathRules(allowed=None, home=None)
+    return replace(base, protected=(*base.protected, *protected))
+
+
+def job_paths(launch: Launch) -> list[tuple[str, str]]:
+    """(path, field) of what the user chose that the job's containers see: code path and model dir."""
+    wanted = [(launch.spec.code_path, "spec.code_path")] if launch.spec.code_src == "nas" else []
+    # The server resolved the model dir (a relative one lies in the job's own directory).
+    wanted += [(launch.env[k], "spec.model_dir") for k in MODEL_DIR_VARS if launch.env.get(k)]
+    return wanted
+
+
 @dataclass(frozen=True)
 class Mount:
     """One host directory given to a job's container."""
@@ -180,16 +197,8 @@ def launch_mounts(launch: Launch, protected: Sequence[str] = ()) -> list[Mount]:
     Called by the backends right before they mount: a directory swapped for a symlink after
     submission is resolved here and refused. Raises `PathRefused` naming the first bad one.
     """
-    base = launch.paths or PathRules(allowed=None, home=None)
-    rules = replace(base, protected=(*base.protected, *protected))
-    wanted: list[tuple[str, str]] = [(str(launch.work_dir), "work_dir")]
-    if launch.spec.code_src == "nas":
-        wanted.append((launch.spec.code_path, "spec.code_path"))
-    wanted += [
-        (launch.env[k], "spec.model_dir")
-        for k in ("HAI_MODEL_DIR", "HAI_CHECKPOINT_DIR")
-        if launch.env.get(k)
-    ]
+    rules = launch_rules(launch, protected)
+    wanted = [(str(launch.work_dir), "work_dir"), *job_paths(launch)]
     mounts = {path: Mount(confine(path, rules, field), path) for path, field in wanted}
     for sid in launch.spec.project_storage:
         path = launch.storages.get(sid)

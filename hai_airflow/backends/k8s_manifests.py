@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hai_airflow.backends.base import Launch
+from hai_airflow.backends.base import Launch, StartError
+from hai_airflow.backends.confine import PathRefused, confine, job_paths, launch_rules
 from hai_airflow.backends.workerenv import WorkerSlot, worker_env, worker_slots
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
@@ -29,6 +31,11 @@ RUN_DIR = "/hai/run"
 NOTICE_PATH = f"{RUN_DIR}/preempt-notice"
 GIT_DIR = "/hai/code"
 MASTER_PORT = 29500
+SSHD_CAPABILITIES: tuple[str, ...] = (
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID",
+    "SYS_CHROOT",
+)  # fmt: skip
+"""What sshd in an MPIJob worker needs (privilege separation, port 22); every other container keeps none."""
 
 
 class KubernetesOptions(BaseModel):
@@ -61,8 +68,9 @@ class KubernetesOptions(BaseModel):
     )
     nas_pvc: str | None = Field(
         default=None,
-        description="ReadWriteMany PVC holding the NAS (code paths, model dirs, $HAI_HOME), mounted in "
-        "every job pod at nas_mount_path; the hai server must mount it at the same path.",
+        description="ReadWriteMany PVC holding the NAS (code paths, model dirs, $HAI_HOME); a job pod "
+        "mounts only its own sub-paths of it (code path, model dir), at the same paths as the hai server, "
+        "which must mount it at nas_mount_path.",
     )
     nas_mount_path: str = Field(default="/nas", description="Where nas_pvc is mounted, in pods and server.")
     storage_mount_root: str = Field(
@@ -81,7 +89,23 @@ class KubernetesOptions(BaseModel):
         gt=0,
         description="All workers of an instance must be Running within this time, else it is torn down.",
     )
-    service_account: str | None = Field(default=None, description="Service account of job pods.")
+    service_account: str | None = Field(
+        default=None,
+        description="Service account of job pods; without one, pods get no API token mounted.",
+    )
+    run_as_user: int | None = Field(
+        default=None, ge=0, description="UID job containers run as; default: the image's user."
+    )
+    run_as_group: int | None = Field(
+        default=None, ge=0, description="GID job containers run as; default: the image's group."
+    )
+    run_as_non_root: bool = Field(
+        default=False,
+        description="Refuse to start images whose user is root (MPIJob workers run sshd as root).",
+    )
+    fs_group: int | None = Field(
+        default=None, ge=0, description="Group that owns the pods' volumes (their files are writable to it)."
+    )
     image_pull_secrets: tuple[str, ...] = Field(default=(), description="Pull secrets of job pods.")
 
 
@@ -171,6 +195,34 @@ def _resources(worker: WorkerPlacement, opts: KubernetesOptions) -> dict[str, An
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
 
+def nas_mounts(launch: Launch, opts: KubernetesOptions) -> list[dict[str, str]]:
+    """The sub-paths of the NAS a job's pod mounts (its code path and model dir), never the whole volume.
+
+    Each is checked against the path rule and its symlinks resolved now, on the server, which mounts
+    the NAS at the same path; the kubelet keeps a `subPath` inside the volume.
+    """
+    if not opts.nas_pvc:
+        return []
+    rules = launch_rules(launch)
+    roots = dict.fromkeys((os.path.normpath(opts.nas_mount_path), os.path.realpath(opts.nas_mount_path)))
+    mounts: dict[str, dict[str, str]] = {}
+    for path, field in job_paths(launch):
+        try:
+            source = confine(path, rules, field)
+        except PathRefused as e:
+            raise StartError(f"{e.field} {e.path} cannot be mounted: {e.reason}") from None
+        subs = [os.path.relpath(source, root) for root in roots]
+        sub = next((p for p in subs if p != "." and not p.startswith("..")), None)
+        if sub is None:
+            raise StartError(
+                f"{field} {path} cannot be mounted: pods see only sub-paths of the NAS "
+                f"({opts.nas_mount_path}), never all of it or what lies outside"
+            )
+        target = os.path.normpath(path)
+        mounts.setdefault(target, {"name": "nas", "mountPath": target, "subPath": sub})
+    return list(mounts.values())
+
+
 def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts of the main container)."""
     volumes: list[dict[str, Any]] = [{"name": "hai-run", "emptyDir": {}}]
@@ -181,9 +233,9 @@ def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, An
     if launch.spec.code_src == "git":
         volumes.append({"name": "code", "emptyDir": {}})
         mounts.append({"name": "code", "mountPath": GIT_DIR})
-    if opts.nas_pvc:
+    if nas := nas_mounts(launch, opts):
         volumes.append({"name": "nas", "persistentVolumeClaim": {"claimName": opts.nas_pvc}})
-        mounts.append({"name": "nas", "mountPath": opts.nas_mount_path})
+        mounts += nas
     for storage_id in launch.spec.project_storage:
         claim = launch.storages.get(storage_id)
         if claim:
@@ -191,6 +243,28 @@ def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, An
             volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim}})
             mounts.append({"name": name, "mountPath": _storage_path(opts, storage_id)})
     return volumes, mounts
+
+
+def pod_security(opts: KubernetesOptions) -> dict[str, Any]:
+    """The pod's securityContext: the configured user and group, the runtime's default seccomp profile."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if opts.run_as_user is not None:
+        context["runAsUser"] = opts.run_as_user
+    if opts.run_as_group is not None:
+        context["runAsGroup"] = opts.run_as_group
+    if opts.run_as_non_root:
+        context["runAsNonRoot"] = True
+    if opts.fs_group is not None:
+        context["fsGroup"] = opts.fs_group
+    return context
+
+
+def container_security(keep: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A container's securityContext: not privileged, no privilege escalation, no capability but `keep`."""
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if keep:
+        capabilities["add"] = list(keep)
+    return {"privileged": False, "allowPrivilegeEscalation": False, "capabilities": capabilities}
 
 
 def _git_init(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
@@ -205,6 +279,7 @@ def _git_init(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
         "command": argv,
         "env": [{"name": "GIT_TERMINAL_PROMPT", "value": "0"}],
         "volumeMounts": [{"name": "code", "mountPath": GIT_DIR}],
+        "securityContext": container_security(),
     }
 
 
@@ -245,6 +320,7 @@ def pod_spec(
     nodes: list[str],
     spread: bool = False,
     pod_labels: Mapping[str, str] | None = None,
+    keep_capabilities: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The spec of a pod that runs `command` in the job's image on one of `nodes`."""
     volumes, mounts = _volumes(launch, opts)
@@ -257,6 +333,7 @@ def pod_spec(
         "workingDir": GIT_DIR if launch.spec.code_src == "git" else launch.spec.code_path,
         "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         "volumeMounts": mounts,
+        "securityContext": container_security(keep_capabilities),
     }
     if resources := _resources(worker, opts):
         container["resources"] = resources
@@ -268,6 +345,9 @@ def pod_spec(
         "terminationGracePeriodSeconds": launch.spec.effective_grace_seconds,
         "containers": [container],
         "volumes": volumes,
+        "securityContext": pod_security(opts),
+        # A job has no business with the Kubernetes API unless the admin gave its pods an account.
+        "automountServiceAccountToken": opts.service_account is not None,
     }
     if launch.spec.code_src == "git":
         spec["initContainers"] = [_git_init(launch, opts)]
@@ -369,6 +449,7 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
     worker_template_spec = pod_spec(
         launch, opts, placement[0], env, ["/usr/sbin/sshd", "-De"], nodes,
         spread=len(nodes) == len(placement), pod_labels={**labels, MPI_ROLE_LABEL: "worker"},
+        keep_capabilities=SSHD_CAPABILITIES,
     )  # fmt: skip
     launcher_worker = WorkerPlacement(node="", gpus=(), cpus=opts.mpi_launcher_cpus, memory_gb=1)
     launcher_env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}

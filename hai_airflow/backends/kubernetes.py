@@ -155,6 +155,8 @@ class KubernetesBackend:
     # ---- start ------------------------------------------------------------------------------------
 
     def start(self, launch: Launch) -> Handle:
+        # Check the job's paths before anything is created (a refused one raises StartError).
+        m.nas_mounts(launch, self.options)
         self._ensure_watch()
         use_mpijob = m.is_distributed(launch) and self._mpi_operator_installed()
         created: list[tuple[str, str]] = []

@@ -6,6 +6,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ NODES = {
         {"nvidia.com/gpu": "4", "cpu": "64000m", "memory": "500Gi"},
     ),
     "cpu-node": ({}, {"cpu": "16", "memory": "64Gi"}),
+    "lower-node": ({"hai.io/gpu-type": "t4"}, {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"}),
 }
 
 
@@ -71,6 +73,7 @@ def test_inventory_reads_allocatable_gpus_and_the_gpu_type_labels(kube: KubeTest
     assert (inventory["gpu-node-1"].gpu_type, inventory["gpu-node-1"].gpus) == ("A100", 4)
     assert inventory["gpu-node-1"].cpus == 64.0
     assert (inventory["cpu-node"].gpus, inventory["cpu-node"].gpu_type) == (0, "none")
+    assert inventory["lower-node"].gpu_type == "T4"  # one spelling of a type, whatever the label says
 
 
 def test_standalone_job_is_one_pinned_pod_with_gpus_shm_storage_and_labels(kube: KubeTest) -> None:
@@ -113,6 +116,25 @@ def test_standalone_job_is_one_pinned_pod_with_gpus_shm_storage_and_labels(kube:
     assert env["HAI_PREEMPT_NOTICE"] == m.NOTICE_PATH
     assert "RANK" not in env
     assert [t.key for t in spec.tolerations if t.key == "nvidia.com/gpu"] == ["nvidia.com/gpu"]
+
+
+def test_a_pod_mounts_only_its_sub_paths_of_the_nas_and_runs_unprivileged(kube: KubeTest) -> None:
+    backend = kube.backend(nas_pvc="hai-nas", run_as_user=1000, run_as_group=1000, fs_group=1000)
+    launch = kube.launch(nodes=("gpu-node-0",), gpus=((0,),), code_path="/nas/alice/code", gpu_type="v100")
+    launch = replace(launch, env={**launch.env, "HAI_MODEL_DIR": "/nas/hai/jobs/7/model"})
+    pod = kube.pod(backend.start(launch).data["pods"][0])
+    (nas,) = [v for v in pod.spec.volumes if v.persistent_volume_claim is not None]
+    assert nas.persistent_volume_claim.claim_name == "hai-nas"
+    (main,) = pod.spec.containers
+    mounts = [(v.mount_path, v.sub_path) for v in main.volume_mounts if v.name == nas.name]
+    assert mounts == [("/nas/alice/code", "alice/code"), ("/nas/hai/jobs/7/model", "hai/jobs/7/model")]
+    context = pod.spec.security_context
+    assert (context.run_as_user, context.run_as_group, context.fs_group) == (1000, 1000, 1000)
+    assert context.seccomp_profile.type == "RuntimeDefault"
+    assert main.security_context.allow_privilege_escalation is False
+    assert main.security_context.capabilities.drop == ["ALL"] and not main.security_context.capabilities.add
+    assert pod.spec.automount_service_account_token is False
+    assert pod.spec.node_selector == {"hai.io/gpu-type": "V100"}
 
 
 def test_pin_by_node_name_and_git_code_through_an_init_container(kube: KubeTest) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import Launch
+from hai_airflow.backends.base import Launch, StartError
+from hai_airflow.backends.confine import PathRules
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -19,13 +21,15 @@ VENV_VALIDATOR = Path(__file__).parents[2] / ".venv" / "bin" / "kubernetes-valid
 VALIDATOR = shutil.which("kubernetes-validate") or str(VENV_VALIDATOR)
 SCHEMA_VERSIONS = ("1.25.0", "1.37.0")
 """The oldest and newest Kubernetes releases the validator knows."""
+MODEL_DIR = "/nas/hai/jobs/7/model"
+"""Where the server put job 7's model dir: in its own directory of $HAI_HOME on the NAS."""
 
 
 def launch(spec: Any, placement: tuple[WorkerPlacement, ...], **kw: Any) -> Launch:
     return Launch(
         job_id=7, instance_id=42, spec=spec, placement=placement,
-        env={"HAI_JOB_ID": "7", "HAI_INSTANCE_ID": "42"}, log_path=Path("/hai/42/output.log"),
-        work_dir=Path("/hai/42"), **kw,
+        env={"HAI_JOB_ID": "7", "HAI_INSTANCE_ID": "42", "HAI_MODEL_DIR": MODEL_DIR},
+        log_path=Path("/hai/42/output.log"), work_dir=Path("/hai/42"), **kw,
     )  # fmt: skip
 
 
@@ -52,7 +56,10 @@ def as_pod_template(name: str, template: dict[str, Any]) -> dict[str, Any]:
 
 
 def every_manifest() -> dict[str, dict[str, Any]]:
-    opts = m.KubernetesOptions(namespace="hai", nas_pvc="nas", image_pull_secrets=("regcred",))
+    opts = m.KubernetesOptions(
+        namespace="hai", nas_pvc="nas", image_pull_secrets=("regcred",), run_as_user=1000, run_as_group=1000,
+        run_as_non_root=True, fs_group=1000,
+    )  # fmt: skip
     pinned = m.KubernetesOptions(pin="node_name", service_account="hai-jobs")
     cpu = launch(CpuJobSpec(task_name="prep", code_path="/nas/p", cmd="python3 prep.py"), ())
     docs: dict[str, dict[str, Any]] = {
@@ -117,3 +124,95 @@ def test_rbac_yaml_is_the_rbac_rules_for_a_service_account() -> None:
     verbs = {r["resources"][0]: r["verbs"] for r in docs[0]["rules"]}
     assert set(verbs["pods"]) >= {"create", "delete", "watch", "list"}
     assert verbs["pods/log"] == ["get"]
+
+
+def all_containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+
+
+def test_a_pod_mounts_only_its_own_sub_paths_of_the_nas() -> None:
+    opts = m.KubernetesOptions(nas_pvc="nas", nas_mount_path="/nas")
+    (pod,) = m.worker_pods(standalone(), opts)
+    nas = [v for v in pod["spec"]["containers"][0]["volumeMounts"] if v["name"] == "nas"]
+    assert nas == [
+        {"name": "nas", "mountPath": "/nas/u/proj", "subPath": "u/proj"},
+        {"name": "nas", "mountPath": MODEL_DIR, "subPath": "hai/jobs/7/model"},
+    ]
+    storages = {
+        v["name"]: v["persistentVolumeClaim"]["claimName"]
+        for v in pod["spec"]["volumes"]
+        if "storage" in v["name"]
+    }
+    assert storages == {"storage-10111": "pvc-10111", "storage-10222": "pvc-10222"}
+
+
+@pytest.mark.parametrize(
+    ("code_path", "words"),
+    [
+        pytest.param("/nas", "never all of it", id="the whole volume"),
+        pytest.param("/srv/code", "outside", id="off the NAS"),
+        pytest.param("/nas/u/../../etc", "'..'", id="dot-dot"),
+        pytest.param("/var/run", "system path", id="the Docker socket's directory"),
+    ],
+)
+def test_a_path_that_is_not_a_sub_path_of_the_nas_is_never_mounted(code_path: str, words: str) -> None:
+    spec = CpuJobSpec(task_name="t", code_path=code_path, cmd="true")
+    with pytest.raises(StartError, match=r"spec\.code_path") as e:
+        m.worker_pods(launch(spec, ()), m.KubernetesOptions(nas_pvc="nas"))
+    assert words in str(e.value)
+
+
+def test_a_symlink_out_of_the_users_roots_is_refused_at_launch(tmp_path: Path) -> None:
+    """The server resolves the link (it mounts the NAS at the same path) before the pod exists."""
+    nas = tmp_path / "nas"
+    for d in ("alice/code", "bob/secret"):
+        (nas / d).mkdir(parents=True)
+    (nas / "alice/link").symlink_to(nas / "bob/secret")
+    rules = PathRules(allowed=(str(nas / "alice"),), home=str(nas / "hai"), own_dir=str(nas / "hai/jobs/7"))
+    opts = m.KubernetesOptions(nas_pvc="nas", nas_mount_path=str(nas))
+    env = {"HAI_MODEL_DIR": str(nas / "hai/jobs/7/model")}
+    ok = launch(CpuJobSpec(task_name="t", code_path=str(nas / "alice/code"), cmd="true"), (), paths=rules)
+    mounts = m.worker_pods(replace(ok, env=env), opts)[0]["spec"]["containers"][0]["volumeMounts"]
+    assert [v["subPath"] for v in mounts if v["name"] == "nas"] == ["alice/code", "hai/jobs/7/model"]
+    bad = launch(CpuJobSpec(task_name="t", code_path=str(nas / "alice/link"), cmd="true"), (), paths=rules)
+    with pytest.raises(StartError, match="resolves to"):
+        m.worker_pods(replace(bad, env=env), opts)
+
+
+def test_every_container_runs_unprivileged_with_the_configured_user() -> None:
+    opts = m.KubernetesOptions(
+        nas_pvc="nas", run_as_user=1000, run_as_group=100, run_as_non_root=True, fs_group=100
+    )
+    pods = [*m.worker_pods(standalone(), opts), *m.worker_pods(distributed(), opts)]
+    job = m.mpijob(distributed(), opts)
+    templates = {role: r["template"]["spec"] for role, r in job["spec"]["mpiReplicaSpecs"].items()}
+    for spec in [p["spec"] for p in pods] + list(templates.values()):
+        assert spec["securityContext"] == {
+            "seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": 1000, "runAsGroup": 100,
+            "runAsNonRoot": True, "fsGroup": 100,
+        }  # fmt: skip
+        assert spec["automountServiceAccountToken"] is False
+        for c in all_containers(spec):
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False
+            assert c["securityContext"]["privileged"] is False
+            assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # Only sshd in the MPI workers gets back what it needs; the job's own containers keep nothing.
+    assert templates["Worker"]["containers"][0]["securityContext"]["capabilities"]["add"] == list(
+        m.SSHD_CAPABILITIES
+    )
+    assert "add" not in pods[0]["spec"]["containers"][0]["securityContext"]["capabilities"]
+    assert "add" not in templates["Launcher"]["containers"][0]["securityContext"]["capabilities"]
+
+
+def test_a_given_service_account_gets_its_token_mounted() -> None:
+    (pod,) = m.worker_pods(standalone(), m.KubernetesOptions(service_account="trainer"))
+    assert (
+        pod["spec"]["serviceAccountName"] == "trainer" and pod["spec"]["automountServiceAccountToken"] is True
+    )
+
+
+@pytest.mark.parametrize("given", ["a100", "A100", " a100 "])
+def test_the_node_selector_gets_the_canonical_gpu_type(given: str) -> None:
+    spec = StandaloneJobSpec(task_name="t", code_path="/nas/u/p", cmd="true", resource_pkg=1, gpu_type=given)
+    (pod,) = m.worker_pods(launch(spec, (WorkerPlacement("node-a", (0,)),)), m.KubernetesOptions())
+    assert pod["spec"]["nodeSelector"] == {"hai.io/gpu-type": "A100"}
