@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -167,6 +168,7 @@ def kill_live_instances(store: Store) -> None:
 @pytest.fixture
 def api_factory(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
     made: list[Api] = []
+    token_key = secrets.token_bytes(32)  # Apis on one database share the key tokens are hashed under
 
     def make(extra_config: str = "") -> Api:
         home = tmp_path / "home"
@@ -175,7 +177,7 @@ def api_factory(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
         for sid in ("10111", "10222"):
             (home / "storage" / sid).mkdir(parents=True, exist_ok=True)
         config = make_config(home, extra_config)
-        store = Store(db_url)
+        store = Store(db_url, token_key)
         store.migrate()
         apply_config(store, config, list(config.nodes))
         ctx = ServerContext(store=store, config=config, home=home, holder_id=f"test:{len(made)}")
