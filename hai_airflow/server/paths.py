@@ -26,12 +26,22 @@ def rules_for(
     )
 
 
+def local_code_path(spec: AnySpec) -> str | None:
+    """The directory on the server the job's code comes from; None for a git repository elsewhere."""
+    if spec.code_src == "nas":
+        return str(Path(spec.code_path).expanduser())
+    url = spec.code_path.removeprefix("file://")
+    remote = "://" in url or ":" in url.split("/", 1)[0]  # a URL, or scp-like host:path
+    # A local repository is cloned by the server itself: it obeys the same roots as a NAS code path.
+    return None if remote else url
+
+
 def spec_path_problem(config: ServerConfig, rules: PathRules, spec: AnySpec) -> PathRefused | None:
     """The first user-given path of `spec` that the rules refuse, or None."""
     whole_code_tree = config.server.backend in MOUNTING_BACKENDS
     try:
-        if spec.code_src == "nas":
-            confine(str(Path(spec.code_path).expanduser()), rules, "spec.code_path", whole_code_tree)
+        if (code := local_code_path(spec)) is not None:
+            confine(code, rules, "spec.code_path", whole_code_tree)
         if spec.model_dir:
             model_dir = str(Path(spec.model_dir).expanduser())
             if model_dir.startswith("/"):

@@ -17,6 +17,8 @@ import pytest
 
 from hai_airflow.backends.confine import PathRefused, PathRules, allowed_roots, confine, launch_mounts
 from hai_airflow.server.config import ConfigError, parse_config
+from hai_airflow.server.paths import local_code_path, may_watch
+from hai_airflow.spec import CpuJobSpec
 from tests.support import postgres
 from tests.support.docker_engine import Engine, busybox_image, docker_engine
 from tests.support.live_server import REPO, TEST_CONFIG, TOKENS, LiveServer
@@ -111,6 +113,38 @@ def test_a_local_working_dir_may_contain_the_home_but_never_a_system_path(tree: 
 )
 def test_roots_are_filled_in_per_user_and_group(user: str, group: str, expected: tuple[str, ...]) -> None:
     assert allowed_roots(["/nas/{user}", "/nas/groups/{group}"], user, group) == expected
+
+
+@pytest.mark.parametrize(
+    ("code_path", "local"),
+    [
+        pytest.param("https://git.example.com/team/x.git", None, id="https"),
+        pytest.param("git@git.example.com:team/x.git", None, id="scp-like"),
+        pytest.param("ssh://git@host/x.git", None, id="ssh"),
+        pytest.param("/nas/bob/repo.git", "/nas/bob/repo.git", id="a local path"),
+        pytest.param("file:///nas/bob/repo.git", "/nas/bob/repo.git", id="a file URL"),
+        pytest.param("repo.git", "repo.git", id="relative (refused as not absolute)"),
+    ],
+)
+def test_a_local_git_repository_obeys_the_roots_a_remote_one_is_not_a_path(
+    code_path: str, local: str | None
+) -> None:
+    spec = CpuJobSpec(task_name="t", code_src="git", code_path=code_path, cmd="true")
+    assert local_code_path(spec) == local
+
+
+def test_the_checkpoint_watcher_never_scans_another_jobs_dir_or_the_root(tree: Path) -> None:
+    """A model dir stored before these rules (or swapped since) is not scanned: nothing is adopted."""
+    config = parse_config(f'[paths]\nallowed = ["{tree}/nas/{{user}}"]\n')
+    home = tree / "home"
+
+    def watch(model_dir: Path | str, job_id: int = 1) -> bool:
+        return may_watch(config, home, "alice", "vision", job_id, str(model_dir))
+
+    assert watch(home / "jobs/1/model") and watch(tree / "nas/alice/code")
+    assert not watch(home / "jobs/2/model")  # another job's checkpoints
+    assert not watch("/") and not watch(home) and not watch(tree / "nas/bob/code")
+    assert not watch(tree / "nas/alice/to-bob")  # a symlink planted after submission
 
 
 # ---- config ------------------------------------------------------------------------------------------
@@ -238,6 +272,12 @@ def wait_state(live: LiveServer, job_id: int, states: set[str], timeout: float =
             {"code_path": "{root}/nas/alice/to-bob"}, "spec.code_path", "resolves to", id="symlink out"
         ),
         pytest.param({"code_path": "{home}"}, "spec.code_path", "$HAI_HOME", id="code_path=$HAI_HOME"),
+        pytest.param(
+            {"code_src": "git", "code_path": "file://{root}/nas/bob/code"},
+            "spec.code_path",
+            "outside",
+            id="a git clone of another user's local repository",
+        ),
         pytest.param({"model_dir": "/"}, "spec.model_dir", "root directory", id="model_dir=/"),
         pytest.param(
             {"model_dir": "../../1/model"}, "spec.model_dir", "'..'", id="relative model_dir climbs"
