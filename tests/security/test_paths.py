@@ -103,6 +103,14 @@ def test_a_local_working_dir_may_contain_the_home_but_never_a_system_path(tree: 
             confine("/etc/ssl", open_rules, "spec.code_path", whole_tree)
 
 
+def test_system_paths_stay_refused_even_when_the_config_allows_everything(tree: Path) -> None:
+    everything = PathRules(allowed=("/",), home=str(tree / "home"), protected=("/srv/engine.sock",))
+    assert confine(str(tree / "nas/alice/code"), everything, "spec.code_path") == str(tree / "nas/alice/code")
+    for path in ("/", "/var/run", "/run/docker.sock", "/etc", "/root/.ssh", "/srv", str(tree / "home")):
+        with pytest.raises(PathRefused):
+            confine(path, everything, "spec.code_path")
+
+
 @pytest.mark.parametrize(
     ("user", "group", "expected"),
     [
