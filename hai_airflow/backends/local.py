@@ -407,9 +407,11 @@ class LocalBackend:
             # Each worker has its own log; the supervisors add prefixed lines to the instance log.
             log_path = worker_log_path(launch.log_path, slot.rank)
             args += [str(launch.log_path), f"[worker {slot.rank}] "]
+        # Only the platform says whom the command runs as, never the job's own env.
+        env = {k: v for k, v in env.items() if k != RUN_AS_VARIABLE}
         if user is not None:
             # The supervisor stays the server's user; only the command becomes the job's.
-            env = env | {RUN_AS_VARIABLE: f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"}
+            env[RUN_AS_VARIABLE] = f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"
         out = open_job_log(log_path)
         try:
             popen = subprocess.Popen(

@@ -400,3 +400,13 @@ def test_a_token_env_keeps_the_token_out_of_the_file_and_must_be_set(tmp_path: P
         with server.client(secret) as admin:
             assert admin.whoami()["user"] == "admin"
         assert secret not in stored_text(server, {})
+
+
+def test_a_job_cannot_choose_the_account_it_runs_as(tmp_path: Path, code: Path) -> None:
+    """The supervisor's run_as variable comes from the platform only; one in the job's env is dropped."""
+    me = os.geteuid()
+    other = 65534 if me != 65534 else 0
+    with LiveServer(tmp_path / "hai", TEST_CONFIG).start() as server, server.client(TOKENS["alice"]) as alice:
+        job = alice.submit(std(code, "id -u > uid.txt", env={"HAI_RUN_AS": f"{other}:{other}:"}))
+        assert wait_state(alice, job.id, *TERMINAL).state == "SUCCEEDED", job_log(alice, job.id)
+    assert (code / "uid.txt").read_text().strip() == str(me)
