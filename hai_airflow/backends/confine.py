@@ -91,7 +91,31 @@ def _versions(path: str) -> list[str]:
     return list(dict.fromkeys((os.path.normpath(path), os.path.realpath(path))))
 
 
-def system_problem(path: str, rules: PathRules, whole_tree: bool) -> str | None:
+_ALWAYS_GUARDED: tuple[tuple[str, str], ...] = tuple(
+    (version, path) for path in (*NEVER_MOUNTABLE, *DOCKER_SOCKETS) for version in _versions(path)
+)
+"""(resolved or written path, its name) of the system paths and sockets: resolved once, they do not move."""
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """The rules' own paths, written and resolved, once per check."""
+
+    homes: tuple[str, ...]
+    own: tuple[str, ...]
+    guarded: tuple[tuple[str, str], ...]
+    """(path, name) that no mount or scanned dir may contain."""
+
+
+def _resolve(rules: PathRules) -> _Resolved:
+    homes = tuple(_versions(rules.home)) if rules.home else ()
+    own = tuple(_versions(rules.own_dir)) if rules.own_dir else ()
+    guarded = [(v, p) for p in rules.protected for v in _versions(p)]
+    guarded += [(v, "the server's $HAI_HOME") for v in homes]
+    return _Resolved(homes, own, (*_ALWAYS_GUARDED, *guarded))
+
+
+def system_problem(path: str, resolved: _Resolved, whole_tree: bool) -> str | None:
     """Why `path` (absolute, normalised) may never be used, or None.
 
     `whole_tree`: everything below the path becomes visible (a mount, a scanned model dir), so it
@@ -103,18 +127,11 @@ def system_problem(path: str, rules: PathRules, whole_tree: bool) -> str | None:
     for never in NEVER_MOUNTABLE:
         if _under(path, never):
             return f"it is at or below the system path {never}"
-    homes = [rules.home] if rules.home else []
-    guarded = [*NEVER_MOUNTABLE, *DOCKER_SOCKETS, *rules.protected, *homes] if whole_tree else []
-    for inner in guarded:
-        for version in _versions(inner):
-            if _under(version, path):
-                what = "the server's $HAI_HOME" if inner == rules.home else inner
-                return f"it contains {what}"
-    for home in (v for h in homes for v in _versions(h)):
-        if _under(path, home):
-            own = rules.own_dir
-            if own is None or not any(_under(path, d) for d in _versions(own)):
-                return "it lies in the server's $HAI_HOME outside this job's own directory"
+    for inner, name in resolved.guarded if whole_tree else ():
+        if _under(inner, path):
+            return f"it contains {name}"
+    if any(_under(path, home) for home in resolved.homes) and not any(_under(path, d) for d in resolved.own):
+        return "it lies in the server's $HAI_HOME outside this job's own directory"
     return None
 
 
@@ -131,32 +148,30 @@ def confine(path: str, rules: PathRules, field: str, whole_tree: bool = True) ->
     if ".." in PurePosixPath(path).parts:
         raise PathRefused(field, path, "it contains '..'", fix)
     versions = _versions(path)
+    resolved = _resolve(rules)
     for version in versions:
-        problem = system_problem(version, rules, whole_tree)
+        problem = system_problem(version, resolved, whole_tree)
         if problem is not None:
             raise PathRefused(field, path, f"{problem}; it is never given to a job", fix)
     if rules.allowed is not None:
-        roots = [v for r in rules.allowed for v in _versions(r)]
-        own = [*_versions(rules.own_dir)] if rules.own_dir else []
+        roots = [*(v for r in rules.allowed for v in _versions(r)), *resolved.own]
         for version in versions:
-            if not any(_under(version, r) for r in [*roots, *own]):
+            if not any(_under(version, r) for r in roots):
                 where = ", ".join(rules.allowed) or "none for you"
-                resolved = "" if version == os.path.normpath(path) else f" (resolves to {version})"
-                raise PathRefused(field, path, f"it is outside the allowed roots ({where}){resolved}", fix)
-    return os.path.realpath(path)
+                resolved_to = "" if version == os.path.normpath(path) else f" (resolves to {version})"
+                raise PathRefused(field, path, f"it is outside the allowed roots ({where}){resolved_to}", fix)
+    return versions[-1]
 
 
 def storage_problem(path: str, rules: PathRules) -> str | None:
     """Why a configured project storage may not be mounted, or None (the admin chose the path)."""
+    resolved = _resolve(rules)
+    # The admin may keep storages in $HAI_HOME, but never among the job directories.
+    outside_jobs = replace(resolved, homes=tuple(os.path.join(h, "jobs") for h in resolved.homes), own=())
     for version in _versions(path):
-        if version == "/" or any(_under(version, n) for n in NEVER_MOUNTABLE):
-            return f"{version} is a system path"
-        homes = [rules.home] if rules.home else []
-        for inner in [*DOCKER_SOCKETS, *rules.protected, *homes]:
-            if any(_under(v, version) for v in _versions(inner)):
-                return f"{version} contains {inner}"
-        if any(_under(version, os.path.join(v, "jobs")) for h in homes for v in _versions(h)):
-            return f"{version} lies among the job directories of $HAI_HOME"
+        problem = system_problem(version, outside_jobs, whole_tree=True)
+        if problem is not None:
+            return f"{version}: {problem}"
     return None
 
 

@@ -15,7 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from hai_airflow.backends.confine import PathRefused, PathRules, allowed_roots, confine, launch_mounts
+from hai_airflow.backends.confine import (
+    PathRefused,
+    PathRules,
+    allowed_roots,
+    confine,
+    launch_mounts,
+    storage_problem,
+)
 from hai_airflow.server.config import ConfigError, parse_config
 from hai_airflow.server.paths import local_code_path, may_watch
 from hai_airflow.spec import CpuJobSpec
@@ -109,6 +116,26 @@ def test_system_paths_stay_refused_even_when_the_config_allows_everything(tree: 
     for path in ("/", "/var/run", "/run/docker.sock", "/etc", "/root/.ssh", "/srv", str(tree / "home")):
         with pytest.raises(PathRefused):
             confine(path, everything, "spec.code_path")
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        pytest.param("{root}/data/10111", None, id="a data directory"),
+        pytest.param("{root}/home/storage/10111", None, id="kept in $HAI_HOME beside the jobs"),
+        pytest.param(
+            "{root}/home/jobs/2", "outside this job's own directory", id="among the job directories"
+        ),
+        pytest.param("{root}", "contains the server's $HAI_HOME", id="above $HAI_HOME"),
+        pytest.param("/var", "contains /var/run", id="above the Docker socket"),
+        pytest.param("/etc/hai", "system path /etc", id="a system path"),
+    ],
+)
+def test_a_configured_storage_is_mounted_only_where_it_exposes_no_system_or_server_state(
+    tree: Path, path: str, why: str | None
+) -> None:
+    problem = storage_problem(path.replace("{root}", str(tree)), rules(tree, own_job=1))
+    assert problem is None if why is None else why in (problem or "")
 
 
 @pytest.mark.parametrize(
