@@ -4,23 +4,31 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    JsonValue,
+    ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
 
-MAX_SCHEDULE_CHOICES: tuple[int, ...] = (0, 4, 6, 8, 24, 48)
+MaxScheduleHours = Literal[0, 4, 6, 8, 24, 48]
+MAX_SCHEDULE_CHOICES: tuple[int, ...] = get_args(MaxScheduleHours)
 """Allowed `--max-schedule` values (hours of expected queueing); 0 = low priority."""
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""A POSIX environment variable name; anything else cannot be exported to the job."""
+HighMaxScheduleHours = Literal[4, 6, 8, 24, 48]
+"""The `max_schedule` values of high priority, what a promotion asks for."""
 
 Mode = Literal["cpu", "standalone", "distributed"]
 CodeSource = Literal["nas", "git"]
@@ -42,6 +50,216 @@ GpuType = Annotated[str, AfterValidator(canonical_gpu_type), Field(min_length=1,
 """A GPU type name as given (v100, V100); stored and compared as `canonical_gpu_type` makes it."""
 
 
+# --------------------------------------------------------------------------------------------
+# Input limits: what one request may carry. Each is stated once here, enforced by the models and
+# shown in the OpenAPI schema (lengths, ranges, patterns), so clients and fuzzers agree with us.
+# --------------------------------------------------------------------------------------------
+
+STORE_INT_MAX = 2**31 - 1
+"""The largest id or number the store can hold: PostgreSQL INTEGER columns are 32-bit."""
+MAX_ARG_STRLEN = 131072
+"""Linux's limit on one exec argument or environment string, its terminating NUL byte included."""
+MAX_CMD_BYTES = MAX_ARG_STRLEN - 1
+"""`cmd` runs as `sh -c cmd`, one exec argument: at most this many UTF-8 bytes."""
+MAX_NAME_CHARS = 200
+"""task_name (the store's column width)."""
+MAX_PATH_CHARS = 4096
+"""code_path, model_dir (Linux PATH_MAX)."""
+MAX_IMAGE_CHARS = 512
+"""image, worker_image: a registry host, a 255-character repository name and a tag or digest."""
+MAX_GIT_BRANCH_CHARS = 255
+"""git_branch (a ref name is one file name in .git/refs)."""
+MAX_CLIENT_KEY_CHARS = 250
+"""client_key (the store's column width)."""
+MAX_ENV_VARS = 256
+"""Extra environment variables one job may set."""
+MAX_ENV_NAME_CHARS = 255
+"""Length of one environment variable name."""
+MAX_ENV_BYTES = MAX_ARG_STRLEN
+"""All extra variables together, as `NAME=value` strings with their NUL bytes: bounded well below
+what exec accepts in total, and so that each string also fits `MAX_ARG_STRLEN`."""
+MAX_SHM_MB = 1 << 20
+"""Shared memory of a job, MB (1 TiB)."""
+MAX_PROJECT_STORAGES = 64
+"""Project storages one job may mount."""
+
+NUL = r"\x00"
+"""Forbidden in all text: exec arguments, environment strings and C paths end at the first NUL."""
+NUL_OR_BLANK = r"\x00|^[\x09-\x0d\x20]*$"
+"""Forbidden in names, paths and commands: a NUL, or nothing but white space. White space is
+spelled out because `\\s` means different characters to Python, JSON Schema and Rust regexes."""
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+"""A POSIX environment variable name; anything else cannot be exported to the job."""
+_ENV_NAME_RULE = (
+    "env names must be letters, digits and _ and not start with a digit",
+    "Rename the variable, e.g. MY_VAR",
+)
+
+
+def refusal(problem: str, fix: str) -> PydanticCustomError:
+    """A validation error that carries its fix; the API's error body shows both."""
+    return PydanticCustomError("hai_refused", "{problem}", {"problem": problem, "fix": fix})
+
+
+def text_refusal(value: str, forbidden: str = NUL) -> PydanticCustomError | None:
+    """Why `value` cannot reach a job as text (a NUL byte, a lone surrogate, only white space),
+    or None if it can."""
+    if "\x00" in value:
+        return refusal("must not contain a NUL byte (\\0)", "Remove the NUL byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return refusal("must be valid Unicode text (it holds a lone surrogate)", "Send it as UTF-8 text")
+    if re.search(forbidden, value):
+        return refusal("must not be blank", "Give a value that is not only spaces")
+    return None
+
+
+class _StatedCheck:
+    """A check of our own on a string, with the JSON schema keyword that states it to clients."""
+
+    keyword: str
+    value: Any
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        return core_schema.no_info_after_validator_function(self._check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        out = handler(schema)
+        out[self.keyword] = self.value
+        return out
+
+    def _check(self, value: str) -> str:
+        raise NotImplementedError
+
+
+class _Text(_StatedCheck):
+    """Text refused when it holds `forbidden` (a NUL, blank); the schema says `not: {pattern}`.
+
+    As a negation rather than a pattern of what is allowed: schema tools fold a pattern into its
+    length bounds, and `[^\\x00]{0,131071}` is costly for every regex engine to compile.
+    """
+
+    keyword = "not"
+
+    def __init__(self, forbidden: str = NUL):
+        self.forbidden = forbidden
+        self.value = {"pattern": forbidden}
+
+    def _check(self, value: str) -> str:
+        error = text_refusal(value, self.forbidden)
+        if error is not None:
+            raise error
+        return value
+
+
+class _EnvName(_StatedCheck):
+    """An environment variable name, stated as a pattern."""
+
+    keyword = "pattern"
+    value = ENV_NAME_PATTERN
+
+    def _check(self, value: str) -> str:
+        if re.fullmatch(ENV_NAME_PATTERN, value) is None:
+            raise refusal(*_ENV_NAME_RULE)
+        return value
+
+
+class _Utf8Within(_StatedCheck):
+    """Text of at most `limit` UTF-8 bytes. A JSON schema counts characters, so it states `limit`
+    as maxLength: every accepted string meets it, since a character is at least one byte."""
+
+    keyword = "maxLength"
+
+    def __init__(self, limit: int, what: str, fix: str):
+        self.limit, self.what, self.fix = limit, what, fix
+        self.value = limit
+
+    def _check(self, value: str) -> str:
+        size = len(value.encode("utf-8"))
+        if size > self.limit:
+            raise refusal(
+                f"is {size:,} bytes; {self.what} holds at most {self.limit:,} bytes (UTF-8)", self.fix
+            )
+        return value
+
+
+def _choice(message: str, fix: str) -> WrapValidator:
+    """A Literal of ints that says `message` when refused, and, as an `int` field would, takes
+    digits as text from Python callers (a rendered Airflow template); JSON must send a number."""
+
+    def check(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        if info.mode == "python" and isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]{1,9}\s*", value):
+            value = int(value)
+        try:
+            return handler(value)
+        except ValidationError:
+            raise refusal(message, fix) from None
+
+    return WrapValidator(check)
+
+
+StoreId = Annotated[int, Field(ge=1, le=STORE_INT_MAX)]
+"""A job or instance id: what the store can hold, so a larger one is a 422, never a 500."""
+StoreNumber = Annotated[int, Field(ge=0, le=STORE_INT_MAX)]
+"""A model, project, storage or package id given by the user."""
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), _Text(NUL_OR_BLANK)]
+"""A task name."""
+PrincipalName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), _Text(NUL)]
+"""A user or group name as a request names it (the store's column width)."""
+FilterText = Annotated[str, Field(max_length=MAX_NAME_CHARS), _Text(NUL)]
+"""A filter in a query, e.g. job states: short, and no NUL (PostgreSQL refuses it in text)."""
+PathText = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), _Text(NUL_OR_BLANK)]
+ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_CHARS), _Text(NUL_OR_BLANK)]
+GitBranch = Annotated[
+    str, Field(min_length=1, max_length=MAX_GIT_BRANCH_CHARS), _Text(NUL_OR_BLANK)
+]
+Command = Annotated[
+    str,
+    Field(min_length=1),
+    _Text(NUL_OR_BLANK),
+    _Utf8Within(
+        MAX_CMD_BYTES,
+        "one exec argument (Linux MAX_ARG_STRLEN, `sh -c cmd`)",
+        "Put the long part in a script under code_path and run that script",
+    ),
+]
+EnvName = Annotated[str, Field(min_length=1, max_length=MAX_ENV_NAME_CHARS), _EnvName()]
+EnvValue = Annotated[str, Field(max_length=MAX_ENV_BYTES - 3), _Text(NUL)]
+"""One value; `MAX_ENV_BYTES` bounds all of them together with their names."""
+ENV_NAMES_SCHEMA: dict[str, JsonValue] = {
+    "minLength": 1,
+    "maxLength": MAX_ENV_NAME_CHARS,
+    "pattern": ENV_NAME_PATTERN,
+}
+"""`propertyNames` of `env` (pydantic would only state the pattern as `patternProperties`)."""
+ClientKey = Annotated[str, Field(min_length=1, max_length=MAX_CLIENT_KEY_CHARS), _Text(NUL)]
+MaxSchedule = Annotated[
+    MaxScheduleHours,
+    _choice(
+        "max_schedule must be one of "
+        + "|".join(str(c) for c in MAX_SCHEDULE_CHOICES)
+        + " (hours; 0 = low priority)",
+        "Use 0 for low priority, or 4, 6, 8, 24 or 48 hours for high priority",
+    ),
+]
+HighMaxSchedule = Annotated[
+    HighMaxScheduleHours,
+    _choice(
+        "promotion needs a high-priority max_schedule: one of "
+        + ", ".join(str(c) for c in get_args(HighMaxScheduleHours)),
+        "Use 4, 6, 8, 24 or 48 hours",
+    ),
+]
+
+
+def env_size(env: dict[str, str]) -> int:
+    """Bytes the variables take in a process's environment: `NAME=value` and a NUL byte each."""
+    return sum(len(k.encode("utf-8")) + len(v.encode("utf-8")) + 2 for k, v in env.items())
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -56,34 +274,60 @@ def priority_class(max_schedule: int) -> PriorityClass:
 # --------------------------------------------------------------------------------------------
 
 
+_GIT_BRANCH_NEEDS_GIT = {
+    "if": {"properties": {"git_branch": {"type": "string"}}, "required": ["git_branch"]},
+    "then": {"properties": {"code_src": {"const": "git"}}, "required": ["code_src"]},
+}
+"""`_git_branch_only_with_git` as JSON Schema, so generated clients and fuzzers know it too."""
+
+
+def _spec_schema_rules(schema: dict[str, Any]) -> None:
+    """The rules across fields, in the JSON schema. `mode` tells the kinds of spec apart, so a
+    request must send it (Python callers may omit it)."""
+    schema["required"] = sorted({*schema.get("required", []), "mode"})
+    schema.update(_GIT_BRANCH_NEEDS_GIT)
+
+
 class _JobSpecBase(_Strict):
-    task_name: str = Field(
-        min_length=1, max_length=200, description="Task name; Chinese and English both work."
+    model_config = ConfigDict(json_schema_extra=_spec_schema_rules)
+
+    task_name: Name = Field(description="Task name; Chinese and English both work.")
+    model_id: StoreNumber | None = Field(default=None, description="Model id from the model page.")
+    project_id: StoreNumber | None = Field(
+        default=None, description="Project id from My projects."
     )
-    model_id: int | None = Field(default=None, ge=0, description="Model id from the model page.")
-    project_id: int | None = Field(default=None, ge=0, description="Project id from My projects.")
     code_src: CodeSource = Field(default="nas", description="Where the code comes from: nas or git.")
-    code_path: str = Field(
-        min_length=1,
+    code_path: PathText = Field(
         description="NAS directory (the job starts cd'd there) or git repository URL/path.",
     )
-    git_branch: str | None = Field(
+    git_branch: GitBranch | None = Field(
         default=None, description="Git branch to check out; only with code_src=git."
     )
-    model_dir: str | None = Field(
+    model_dir: PathText | None = Field(
         default=None, description="Where the job saves checkpoints (HAI_MODEL_DIR)."
     )
-    project_storage: tuple[int, ...] = Field(
-        default=(), description="Project storage ids to mount, e.g. (10111, 10222)."
+    project_storage: tuple[StoreNumber, ...] = Field(
+        default=(),
+        max_length=MAX_PROJECT_STORAGES,
+        description="Project storage ids to mount, e.g. (10111, 10222).",
     )
-    max_schedule: int = Field(
+    max_schedule: MaxSchedule = Field(
         default=0,
         description="Expected queueing time in hours, one of 0,4,6,8,24,48; 0 = low priority.",
     )
-    image: str = Field(default="local", min_length=1, description="Docker image of the job.")
-    shm: int | None = Field(default=None, gt=0, description="Shared memory in MB.")
-    cmd: str = Field(min_length=1, description="Start command, usually `python3 xxx.py`.")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables.")
+    image: ImageRef = Field(default="local", description="Docker image of the job.")
+    shm: int | None = Field(default=None, gt=0, le=MAX_SHM_MB, description="Shared memory in MB.")
+    cmd: Command = Field(
+        description="Start command, usually `python3 xxx.py`; run as `sh -c cmd`, so at most "
+        f"{MAX_CMD_BYTES} UTF-8 bytes."
+    )
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict,
+        max_length=MAX_ENV_VARS,
+        json_schema_extra={"propertyNames": ENV_NAMES_SCHEMA},
+        description=f"Extra environment variables: at most {MAX_ENV_VARS}, together at most "
+        f"{MAX_ENV_BYTES} bytes as NAME=value strings.",
+    )
     elastic: bool = Field(
         default=False,
         description="Elastic (EFDL-style): told to save and exit on suspension instead of killed.",
@@ -95,18 +339,11 @@ class _JobSpecBase(_Strict):
         description="Seconds between the save notice and the kill; default 60 if elastic, else 0.",
     )
 
-    @field_validator("max_schedule")
-    @classmethod
-    def _max_schedule_choice(cls, v: int) -> int:
-        if v not in MAX_SCHEDULE_CHOICES:
-            choices = "|".join(str(c) for c in MAX_SCHEDULE_CHOICES)
-            raise ValueError(f"max_schedule must be one of {choices} (hours; 0 = low priority)")
-        return v
-
     @field_validator("project_storage", mode="before")
     @classmethod
-    def _split_storage(cls, v: Any) -> Any:
-        if isinstance(v, str):
+    def _split_storage(cls, v: Any, info: ValidationInfo) -> Any:
+        # The CLI flag and operator arguments are text; a JSON body must send an array.
+        if isinstance(v, str) and info.mode == "python":
             parts = [p.strip() for p in v.split(",") if p.strip()]
             try:
                 return tuple(int(p) for p in parts)
@@ -114,36 +351,27 @@ class _JobSpecBase(_Strict):
                 raise ValueError(
                     "project_storage must be comma-separated project ids, e.g. 10111,10222"
                 ) from None
-        return v
-
-    @field_validator("task_name", "code_path", "cmd")
-    @classmethod
-    def _not_blank(cls, v: str, info: ValidationInfo) -> str:
-        if not v.strip():
-            raise ValueError(f"{info.field_name} must not be blank")
-        return v
-
-    @field_validator("project_storage")
-    @classmethod
-    def _storage_ids_non_negative(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if any(i < 0 for i in v):
-            raise ValueError("project_storage ids must be >= 0, e.g. 10111,10222")
-        return v
+        # A JSON array reaches this as a list, which strict validation of a tuple refuses.
+        return tuple(v) if isinstance(v, list) else v
 
     @field_validator("env")
     @classmethod
-    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in v if not _ENV_NAME.fullmatch(k)]
-        if bad:
-            raise ValueError(
-                f"env names must be letters, digits and _ and not start with a digit; got {bad[0]!r}"
+    def _env_fits(cls, v: dict[str, str]) -> dict[str, str]:
+        size = env_size(v)
+        if size > MAX_ENV_BYTES:
+            raise refusal(
+                f"env takes {size:,} bytes as NAME=value strings; at most {MAX_ENV_BYTES:,} are allowed",
+                "Pass large values in a file under code_path instead of env",
             )
         return v
 
     @model_validator(mode="after")
     def _git_branch_only_with_git(self) -> _JobSpecBase:
         if self.git_branch and self.code_src != "git":
-            raise ValueError("`git_branch` is only valid when `code_src` is git")
+            raise refusal(
+                "`git_branch` is only valid when `code_src` is git",
+                "Set code_src to git, or leave out git_branch",
+            )
         return self
 
     @property
@@ -169,7 +397,7 @@ class StandaloneJobSpec(_JobSpecBase):
     """Single-machine (multi-)GPU training."""
 
     mode: Literal["standalone"] = Field(default="standalone", description="Training mode.")
-    resource_pkg: int = Field(description="Resource package id (see `hai res`).")
+    resource_pkg: StoreNumber = Field(description="Resource package id (see `hai res`).")
     gpu_type: GpuType | None = Field(
         default=None, description="GPU type (V100, A100, P100, T4...); default: the package's."
     )
@@ -180,10 +408,12 @@ class DistributedJobSpec(_JobSpecBase):
 
     mode: Literal["distributed"] = Field(default="distributed", description="Training mode.")
     workers: int = Field(ge=1, le=1024, description="Number of workers (usually whole machines).")
-    worker_image: str | None = Field(
+    worker_image: ImageRef | None = Field(
         default=None, description="Image of each worker; default: `image`."
     )
-    worker_resource_pkg: int = Field(description="Resource package of one worker (see `hai res`).")
+    worker_resource_pkg: StoreNumber = Field(
+        description="Resource package of one worker (see `hai res`)."
+    )
     gpu_type: GpuType | None = Field(
         default=None, description="GPU type; default: the worker package's."
     )
@@ -196,9 +426,8 @@ class SubmitRequest(_Strict):
     """Body of `POST /api/v1/jobs`."""
 
     spec: JobSpec = Field(description="The job to run.")
-    client_key: str | None = Field(
+    client_key: ClientKey | None = Field(
         default=None,
-        max_length=250,
         description="Idempotency key: a retried submit with the same key returns the same job.",
     )
 

@@ -13,9 +13,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 import hai_airflow
 from hai_airflow.dashboard.standalone import create_standalone_dashboard
 from hai_airflow.server import lease
+from hai_airflow.server.boundary import BodySizeLimit
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
-from hai_airflow.server.errors import install_handlers
+from hai_airflow.server.errors import ERROR_RESPONSES, install_handlers, json_refusals
 from hai_airflow.server.metrics import RequestTimer, require_scraper
 from hai_airflow.server.routes import router
 
@@ -42,7 +43,11 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
     app.state.ctx = ctx
     install_handlers(app)
     app.add_middleware(RequestTimer, observe=ctx.metrics.observe_request)
-    app.include_router(router)
+    # Outermost of ours: an oversized body is refused before anything else reads it.
+    app.add_middleware(BodySizeLimit, limit=ctx.config.server.max_body_bytes)
+    app.include_router(router, responses=ERROR_RESPONSES)
+    openapi = app.openapi
+    app.openapi = lambda: json_refusals(openapi())  # type: ignore[method-assign]
 
     @app.get("/health")
     def health(request: Request) -> dict[str, Any]:

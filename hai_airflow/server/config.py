@@ -40,6 +40,12 @@ class ServerSection(_Section):
     policy: str = Field(default="seed", min_length=1, description="Scheduling policy name.")
     host: str = Field(default=DEFAULT_HOST, min_length=1, description="Address to listen on.")
     port: int = Field(default=DEFAULT_PORT, ge=1, le=65535, description="Port to listen on.")
+    max_body_bytes: int = Field(
+        default=1 << 20,
+        ge=64 << 10,
+        le=1 << 30,
+        description="Largest request body accepted (bytes); larger ones get 413. Default 1 MiB.",
+    )
     metrics_token: str | None = Field(
         default=None,
         min_length=16,

@@ -7,6 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
@@ -31,14 +32,15 @@ _MODES = frozenset({"cpu", "standalone", "distributed"})
 def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     """("body", "spec", "standalone", "max_schedule") -> "spec.max_schedule".
 
-    The location kind and the union tag are noise to someone fixing a command line.
+    The location kind, the union tag and pydantic's "[key]" marker are noise to someone fixing a
+    command line.
     """
     parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
     out = ""
     for i, p in enumerate(parts):
-        if i > 0 and parts[i - 1] == "spec" and p in _MODES:
+        if (i > 0 and parts[i - 1] == "spec" and p in _MODES) or p == "[key]":
             continue
         if isinstance(p, int):
             out += f"[{p}]"
@@ -48,48 +50,184 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 
 
 _FIXES = {
-    "missing": "Add it",
     "extra_forbidden": "Remove it (see the API docs at /docs for the fields)",
     "union_tag_invalid": "Use mode cpu, standalone or distributed",
     "union_tag_not_found": "Set spec.mode to cpu, standalone or distributed",
+    "int_type": "Give a whole number",
+    "int_parsing": "Give a whole number",
+    "int_from_float": "Give a whole number",
+    "float_type": "Give a number",
+    "float_parsing": "Give a number",
+    "bool_type": "Give true or false",
+    "bool_parsing": "Give true or false",
+    "string_type": "Give a JSON string",
+    "dict_type": "Give a JSON object",
+    "model_type": "Give a JSON object",
+    "model_attributes_type": "Give a JSON object",
+    "tuple_type": "Give a JSON array",
+    "list_type": "Give a JSON array",
 }
+"""Fixes by pydantic error type; rules of our own carry theirs (`spec.refusal`)."""
+
+_BOUNDS = {
+    "less_than_equal": ("le", "at most {}"),
+    "less_than": ("lt", "less than {}"),
+    "greater_than_equal": ("ge", "at least {}"),
+    "greater_than": ("gt", "more than {}"),
+    "string_too_long": ("max_length", "at most {} characters long"),
+    "string_too_short": ("min_length", "at least {} characters long"),
+    "too_long": ("max_length", "at most {} items"),
+    "too_short": ("min_length", "at least {} items"),
+}
+"""Errors that name a limit: the fix states it."""
 
 
-def validation_error(exc: RequestValidationError) -> ApiError:
-    err = exc.errors()[0]
-    field = _field(tuple(err.get("loc", ()))) or None
-    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+def _fix(kind: str, field: str, ctx: dict[str, Any]) -> str:
+    """How to correct one field, in the caller's words."""
+    if isinstance(ctx.get("fix"), str):
+        return str(ctx["fix"])
+    if kind == "missing":
+        return f"Add {field}"
+    if kind in _BOUNDS:
+        key, text = _BOUNDS[kind]
+        if key in ctx:
+            return f"Make {field} " + text.format(ctx[key])
+    if kind in ("literal_error", "enum") and "expected" in ctx:
+        return f"Use one of {ctx['expected']}"
+    return _FIXES.get(kind) or f"Correct {field} (see the API docs at /docs for what it accepts)"
+
+
+def _required_fields(request: Request) -> list[str]:
+    """The required fields of the route's JSON body model (`spec` for a submit)."""
+    body_field = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(body_field, "field_info", None), "annotation", None)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return [name for name, f in model.model_fields.items() if f.is_required()]
+    return []
+
+
+def _body_shape(names: list[str]) -> str:
+    """The body in words, e.g. a JSON object with `spec`."""
+    return "a JSON object" + (" with " + " and ".join(f"`{n}`" for n in names) if names else "")
+
+
+def _body_example(names: list[str]) -> str:
+    """A body to copy, e.g. {"spec": ...}."""
+    return "{" + ", ".join(f'"{n}": ...' for n in names) + "}" if names else "{...}"
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true or false"}
+
+
+def _whole_body_error(err: dict[str, Any], request: Request) -> ApiError:
+    """The body as a whole is wrong: empty, `null`, not JSON, not an object, or not sent as JSON."""
+    names = _required_fields(request)
+    shape = _body_shape(names)
+    fix = f"Send {_body_example(names)} with Content-Type: application/json (see /docs)"
     kind = str(err.get("type", ""))
+    body = err.get("input")
+    if kind == "json_invalid":
+        detail = (err.get("ctx") or {}).get("error", "malformed")
+        pos = err["loc"][1] if len(err.get("loc", ())) > 1 else None
+        where = f" at character {pos}" if isinstance(pos, int) else ""
+        return ApiError(422, f"the request body is not valid JSON ({detail}{where})", fix=fix)
+    if kind == "missing":
+        return ApiError(422, f"the request body is empty or null; it must be {shape}", fix=fix)
+    if isinstance(body, bytes | bytearray):
+        sent = request.headers.get("content-type") or "no content type"
+        return ApiError(422, f"the request body must be JSON, not {sent}; it must be {shape}", fix=fix)
+    what = _JSON_KINDS.get(type(body), "something else")
+    return ApiError(422, f"the request body must be {shape}, not {what}", fix=fix)
+
+
+def validation_error(exc: RequestValidationError, request: Request) -> ApiError:
+    err = exc.errors()[0]
+    loc = tuple(err.get("loc", ()))
+    kind = str(err.get("type", ""))
+    if loc[:1] == ("body",) and (len(loc) == 1 or kind == "json_invalid"):
+        return _whole_body_error(err, request)
+    field = _field(loc) or None
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
     if kind == "missing":
         error = f"{field} is required"
     elif kind == "extra_forbidden":
         error = f"{field} is not a known field"
-    elif kind == "json_invalid":
-        error = "the request body is not valid JSON"
     else:
         error = f"{field}: {msg}" if field else msg
-    fix = _FIXES.get(kind) or (f"Correct {field}" if field else "Correct the request")
+    fix = _fix(kind, field or "the value", err.get("ctx") or {})
     return ApiError(422, error, field=field, fix=fix)
 
 
-def install_handlers(app: FastAPI) -> None:
-    def _json(e: ApiError) -> JSONResponse:
-        return JSONResponse(status_code=e.status, content={"error": e.error, "field": e.field, "fix": e.fix})
+def _printable(text: str | None) -> str | None:
+    """Text that encodes as UTF-8: an echoed name may hold a lone surrogate from a `\\ud800` escape."""
+    return None if text is None else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
+
+def error_response(e: ApiError) -> JSONResponse:
+    """The one JSON shape of every refusal."""
+    content = {"error": _printable(e.error), "field": _printable(e.field), "fix": _printable(e.fix)}
+    return JSONResponse(status_code=e.status, content=content)
+
+
+_HTTP_FIXES = {
+    404: "See /docs for the endpoints",
+    405: "See /docs for the methods of this endpoint",
+}
+
+
+def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
-        return _json(exc)
+        return error_response(exc)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _json(validation_error(exc))
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(validation_error(exc, request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        fix = "See /docs for the endpoints" if exc.status_code in (404, 405) else None
-        return _json(ApiError(exc.status_code, str(exc.detail), fix=fix))
+        fix = getattr(exc, "fix", None) or _HTTP_FIXES.get(exc.status_code)
+        return error_response(ApiError(exc.status_code, str(exc.detail), fix=fix))
 
     @app.exception_handler(Exception)
     async def _crash(_request: Request, exc: Exception) -> JSONResponse:
         # The traceback goes to the server log; the caller gets a sentence, never a stack.
-        return _json(ApiError(500, f"internal error ({type(exc).__name__})", fix="See the hai serve log"))
+        return error_response(
+            ApiError(500, f"internal error ({type(exc).__name__})", fix="See the hai serve log")
+        )
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: what failed, the field at fault (if one is), and how to fix it."""
+
+    error: str = Field(description="What failed, in plain words.")
+    field: str | None = Field(description="The field at fault, e.g. spec.cmd; null when no one field is.")
+    fix: str | None = Field(description="How to fix it.")
+
+
+def _documented(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: _documented("The request body could not be read"),
+    401: _documented("No token, or one the server does not know"),
+    403: _documented("The caller may not do this"),
+    404: _documented("No such job, instance, user or group (or not one the caller may see)"),
+    409: _documented("Refused in the current state: over quota, already ended, not suspended..."),
+    413: _documented("The request body is larger than `[server] max_body_bytes`"),
+    422: _documented("The request is not valid: the field at fault and how to fix it"),
+}
+"""The refusals every API operation may answer with, in its OpenAPI description."""
+
+
+def json_refusals(openapi: dict[str, Any]) -> dict[str, Any]:
+    """Document refusals as JSON on every operation, also where success is text (a log):
+    FastAPI gives an operation's extra responses the media type of its success."""
+    for operations in openapi.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if status[:1] in ("4", "5") and "application/json" not in content and content:
+                    content["application/json"] = content.pop(next(iter(content)))
+    return openapi

@@ -76,13 +76,20 @@ def test_whoami_reports_role_and_administered_groups(
         pytest.param({"resource_pkg": 999}, "spec.resource_pkg", "999", id="unknown package"),
         pytest.param({"gpu_type": "A100"}, "spec.gpu_type", "A100", id="gpu type differs from package"),
         pytest.param(
-            {"project_storage": "10111,99999"}, "spec.project_storage", "99999", id="unknown storage"
+            {"project_storage": [10111, 99999]}, "spec.project_storage", "99999", id="unknown storage"
         ),
         pytest.param(
-            {"project_storage": "10111,abc"},
-            "spec.project_storage",
-            "comma-separated",
+            {"project_storage": [10111, "abc"]},
+            "spec.project_storage[1]",
+            "valid integer",
             id="storage not numbers",
+        ),
+        pytest.param(
+            # The CLI's comma-separated form is text for people; JSON sends the array the schema states.
+            {"project_storage": "10111,10222"},
+            "spec.project_storage",
+            "valid array",
+            id="storage as text",
         ),
         pytest.param({"code_path": "/no/such/dir"}, "spec.code_path", "/no/such/dir", id="code path missing"),
         pytest.param({"colour": "red"}, "spec.colour", "not a known field", id="unknown field"),
@@ -124,7 +131,7 @@ def test_invalid_json_body_is_a_422_not_a_traceback(api: Api) -> None:
 
 
 def test_submit_resolves_the_package_and_records_an_event(api: Api) -> None:
-    job = api.submit(resource_pkg=456, project_storage="10111")
+    job = api.submit(resource_pkg=456, project_storage=[10111])
     assert (job["state"], job["gpus"], job["gpu_type"], job["user"], job["group"]) == (
         "PENDING",
         4,

@@ -9,11 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.scheduling import high_priority_allowed
 from hai_airflow.server import capacity, queue, quotas, submission
+from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.errors import ApiError, not_found
 from hai_airflow.server.routes.deps import CallerDep, CtxDep
 from hai_airflow.server.snapshot import quota_of
 from hai_airflow.server.tables import GroupRow, UserRow
-from hai_airflow.spec import NodeView, QueueEntryView, QuotaView, ResourcePackageView
+from hai_airflow.spec import NodeView, PrincipalName, QueueEntryView, QuotaView, ResourcePackageView
 
 router = APIRouter()
 
@@ -84,7 +85,12 @@ def check_quota(
 
 
 @router.put("/quotas/users/{user}")
-def set_user_quota(user: str, body: QuotaRequest, ctx: CtxDep, caller: CallerDep) -> QuotaView:
+def set_user_quota(
+    user: PrincipalName,
+    body: Annotated[QuotaRequest, strict_body(QuotaRequest)],
+    ctx: CtxDep,
+    caller: CallerDep,
+) -> QuotaView:
     with ctx.store.write() as s:
         row = s.get(UserRow, user)
         if row is None:
@@ -104,7 +110,12 @@ def set_user_quota(user: str, body: QuotaRequest, ctx: CtxDep, caller: CallerDep
 
 
 @router.put("/quotas/groups/{group}")
-def set_group_quota(group: str, body: QuotaRequest, ctx: CtxDep, caller: CallerDep) -> QuotaView:
+def set_group_quota(
+    group: PrincipalName,
+    body: Annotated[QuotaRequest, strict_body(QuotaRequest)],
+    ctx: CtxDep,
+    caller: CallerDep,
+) -> QuotaView:
     if not caller.is_platform_admin:
         raise ApiError(
             403, "only a platform admin can set a group's quota", field="group", fix="Ask the platform admin"

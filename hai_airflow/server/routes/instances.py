@@ -19,7 +19,7 @@ from hai_airflow.server.errors import ApiError
 from hai_airflow.server.routes.deps import DB_RECHECK_SECONDS, CallerDep, CtxDep, visible_instance
 from hai_airflow.server.tables import InstanceRow
 from hai_airflow.server.views import instance_view
-from hai_airflow.spec import InstanceView
+from hai_airflow.spec import STORE_INT_MAX, InstanceView, StoreId
 
 router = APIRouter()
 LOG_POLL_SECONDS = 0.2
@@ -27,17 +27,17 @@ TEXT = "text/plain; charset=utf-8"
 
 
 @router.get("/instances/{instance_id}")
-def get_instance(instance_id: int, ctx: CtxDep, caller: CallerDep) -> InstanceView:
+def get_instance(instance_id: StoreId, ctx: CtxDep, caller: CallerDep) -> InstanceView:
     with ctx.store.read() as s:
         return instance_view(visible_instance(s, caller, instance_id))
 
 
 @router.get("/instances/{instance_id}/log", response_class=PlainTextResponse)
 def instance_log(
-    instance_id: int,
+    instance_id: StoreId,
     ctx: CtxDep,
     caller: CallerDep,
-    tail: Annotated[int, Query(ge=0)] = 0,
+    tail: Annotated[int, Query(ge=0, le=STORE_INT_MAX)] = 0,
     follow: bool = False,
 ) -> Response:
     with ctx.store.read() as s:

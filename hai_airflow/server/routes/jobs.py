@@ -7,10 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from hai_airflow.server import submission
+from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.routes.deps import (
     DB_RECHECK_SECONDS,
@@ -26,7 +27,17 @@ from hai_airflow.server.routes.deps import (
 )
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, UserRow
 from hai_airflow.server.views import instance_view, job_detail, job_view
-from hai_airflow.spec import MAX_SCHEDULE_CHOICES, InstanceView, JobDetailView, JobView, SubmitRequest
+from hai_airflow.spec import (
+    ClientKey,
+    FilterText,
+    HighMaxSchedule,
+    InstanceView,
+    JobDetailView,
+    JobView,
+    PrincipalName,
+    StoreId,
+    SubmitRequest,
+)
 
 router = APIRouter()
 DEFAULT_LIST_LIMIT = 1000
@@ -36,17 +47,11 @@ class PromoteRequest(BaseModel):
     """Body of `POST /jobs/{id}/promote`."""
 
     model_config = ConfigDict(extra="forbid")
-    max_schedule: int = Field(description="New expected queueing time in hours; > 0 = high priority.")
+    max_schedule: HighMaxSchedule = Field(
+        description="New expected queueing time in hours, one of 4,6,8,24,48 (high priority)."
+    )
 
-    @field_validator("max_schedule")
-    @classmethod
-    def _high(cls, v: int) -> int:
-        choices = [c for c in MAX_SCHEDULE_CHOICES if c > 0]
-        if v not in choices:
-            raise ValueError(
-                f"promotion needs a high-priority max_schedule: one of {', '.join(map(str, choices))}"
-            )
-        return v
+
 
 
 def _states(state: str | None) -> list[str] | None:
@@ -65,7 +70,12 @@ def _states(state: str | None) -> list[str] | None:
 
 
 @router.post("/jobs", status_code=201, responses={200: {"description": "An existing job (same client_key)"}})
-def submit_job(body: SubmitRequest, response: Response, ctx: CtxDep, caller: CallerDep) -> JobView:
+def submit_job(
+    body: Annotated[SubmitRequest, strict_body(SubmitRequest)],
+    response: Response,
+    ctx: CtxDep,
+    caller: CallerDep,
+) -> JobView:
     row, created = submission.submit(ctx, caller, body)
     if not created:
         response.status_code = 200
@@ -79,10 +89,10 @@ def submit_job(body: SubmitRequest, response: Response, ctx: CtxDep, caller: Cal
 def list_jobs(
     ctx: CtxDep,
     caller: CallerDep,
-    user: str | None = None,
-    state: str | None = None,
-    group: str | None = None,
-    client_key: str | None = None,
+    user: PrincipalName | None = None,
+    state: FilterText | None = None,
+    group: PrincipalName | None = None,
+    client_key: ClientKey | None = None,
     all: bool = False,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> list[JobView]:
@@ -123,7 +133,7 @@ def list_jobs(
 
 
 @router.get("/jobs/{job_id}")
-def get_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
+def get_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
     with ctx.store.read() as s:
         row = visible_job(s, caller, job_id)
         events = list(s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id)))
@@ -131,7 +141,7 @@ def get_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
 
 
 @router.get("/jobs/{job_id}/instances")
-def job_instances(job_id: int, ctx: CtxDep, caller: CallerDep) -> list[InstanceView]:
+def job_instances(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> list[InstanceView]:
     with ctx.store.read() as s:
         visible_job(s, caller, job_id)
         rows = s.scalars(select(InstanceRow).where(InstanceRow.job_id == job_id).order_by(InstanceRow.id))
@@ -140,10 +150,10 @@ def job_instances(job_id: int, ctx: CtxDep, caller: CallerDep) -> list[InstanceV
 
 @router.get("/jobs/{job_id}/wait")
 async def wait_job(
-    job_id: int,
+    job_id: StoreId,
     ctx: CtxDep,
     caller: CallerDep,
-    since_state: str | None = None,
+    since_state: FilterText | None = None,
     timeout: Annotated[float, Query(ge=0, le=600)] = 30,
 ) -> JobView:
     """Long-poll: answers once the state differs from `since_state`, or after `timeout` seconds."""
@@ -172,7 +182,7 @@ async def wait_job(
 
 
 @router.post("/jobs/{job_id}/cancel")
-def cancel_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
+def cancel_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     with ctx.store.write() as s:
         row = visible_job(s, caller, job_id)
         require_unfinished(row, "cancel")
@@ -185,7 +195,12 @@ def cancel_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
 
 
 @router.post("/jobs/{job_id}/promote")
-def promote_job(job_id: int, body: PromoteRequest, ctx: CtxDep, caller: CallerDep) -> JobView:
+def promote_job(
+    job_id: StoreId,
+    body: Annotated[PromoteRequest, strict_body(PromoteRequest)],
+    ctx: CtxDep,
+    caller: CallerDep,
+) -> JobView:
     with ctx.store.write() as s:
         row = visible_job(s, caller, job_id)
         require_unfinished(row, "promote")
@@ -205,7 +220,7 @@ def promote_job(job_id: int, body: PromoteRequest, ctx: CtxDep, caller: CallerDe
 
 
 @router.post("/jobs/{job_id}/suspend")
-def suspend_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
+def suspend_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     """An admin's hold: the controller stops the job (it resumes from its checkpoint after /resume)."""
     with ctx.store.write() as s:
         row = visible_job(s, caller, job_id)
@@ -220,7 +235,7 @@ def suspend_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
 
 
 @router.post("/jobs/{job_id}/resume")
-def resume_job(job_id: int, ctx: CtxDep, caller: CallerDep) -> JobView:
+def resume_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     with ctx.store.write() as s:
         row = visible_job(s, caller, job_id)
         require_group_admin(caller, row, "resume")
