@@ -209,6 +209,15 @@ def test_bad_paths_and_storages_config_names_the_field(text: str, field: str, wo
     assert e.value.field == field and words in e.value.problem
 
 
+def test_gpu_types_of_nodes_and_packages_are_read_in_their_canonical_case() -> None:
+    config = parse_config(
+        '[[nodes]]\nname = "n"\ngpu_type = "a100"\n'
+        '[[resource_packages]]\nid = 1\nname = "1xA100"\ngpu_type = "a100 "\n'
+        "gpus = 1\ncpus = 4\nmemory_gb = 32\n"
+    )
+    assert config.nodes[0].gpu_type == config.resource_packages[0].gpu_type == "A100"
+
+
 def test_a_bare_storage_stops_hai_serve_with_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "config.toml"
     config.write_text(TEST_CONFIG + '\n[storages]\n10111 = "/data/projects/10111"\n', encoding="utf-8")
