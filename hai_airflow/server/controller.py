@@ -348,6 +348,8 @@ class Controller:
         try:
             if (problem := paths.launch_problem(self.ctx.config, rules, spec, model_dir)) is not None:
                 raise StartError(problem)
+            if (problem := paths.launch_storage_problem(self.ctx.config, user, group, spec)) is not None:
+                raise StartError(problem)
             model_dir.mkdir(parents=True, exist_ok=True)
             work_dir.mkdir(parents=True, exist_ok=True)
             storages = {
@@ -414,7 +416,6 @@ class Controller:
             return None
         if not paths.may_watch(self.ctx.config, self.ctx.home, user, group, inst.job_id, inst.model_dir):
             return None
-
         cfg = self.ctx.config.checkpoints
         # After a kill without grace, files written since the kill request may be half-written.
         cutoff = inst.stop_requested_at if inst.stop_kind and inst.grace_seconds == 0 else None

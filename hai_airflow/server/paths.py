@@ -63,25 +63,44 @@ def check_spec_paths(config: ServerConfig, home: Path, caller: Caller, spec: Any
         )
 
 
-def may_mount(storage: StorageConfig, caller: Caller) -> bool:
+def may_mount(storage: StorageConfig, user: str, group: str, platform_admin: bool) -> bool:
     """Platform admins mount any storage; others only those naming them or their group."""
-    return caller.is_platform_admin or caller.name in storage.users or caller.group in storage.groups
+    return platform_admin or user in storage.users or group in storage.groups
+
+
+def storage_refusal(
+    config: ServerConfig, user: str, group: str, platform_admin: bool, spec: AnySpec
+) -> str | None:
+    """Why the job's owner may not mount one of its project storages, or None."""
+    for sid in spec.project_storage:
+        storage = config.storages.get(sid)
+        if storage is None or may_mount(storage, user, group, platform_admin):
+            continue
+        owners = [*(f"group {g}" for g in storage.groups), *(f"user {u}" for u in storage.users)]
+        return (
+            f"project storage {sid} may be mounted only by {', '.join(owners) or 'platform admins'}; "
+            f"{user} (group {group}) is not among them"
+        )
+    return None
 
 
 def check_storage_owners(config: ServerConfig, caller: Caller, spec: AnySpec) -> None:
     """Refuse (403) a project storage that names neither the caller nor the caller's group."""
-    for sid in spec.project_storage:
-        storage = config.storages.get(sid)
-        if storage is None or may_mount(storage, caller):
-            continue
-        owners = [*(f"group {g}" for g in storage.groups), *(f"user {u}" for u in storage.users)]
+    refusal = storage_refusal(config, caller.name, caller.group, caller.is_platform_admin, spec)
+    if refusal is not None:
         raise ApiError(
             403,
-            f"project storage {sid} may be mounted only by {', '.join(owners) or 'platform admins'}; "
-            f"{caller.name} (group {caller.group}) is not among them",
+            refusal,
             field="spec.project_storage",
-            fix=f"Ask the platform admin to add you or your group to [storages.{sid}], or leave it out",
+            fix="Ask the platform admin to add you or your group to the storage's [storages.<id>], "
+            "or leave it out",
         )
+
+
+def launch_storage_problem(config: ServerConfig, user: str, group: str, spec: AnySpec) -> str | None:
+    """Why a queued job may no longer mount its storages: the config changed since it was submitted."""
+    admin = any(u.name == user and u.role == "platform_admin" for u in config.users)
+    return storage_refusal(config, user, group, admin, spec)
 
 
 def launch_problem(config: ServerConfig, rules: PathRules, spec: AnySpec, model_dir: Path) -> str | None:

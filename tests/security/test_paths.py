@@ -419,6 +419,31 @@ def test_a_code_dir_swapped_for_a_symlink_after_submission_fails_the_job_at_laun
     assert not (root / "nas/bob/code/planted").exists()
 
 
+def test_a_queued_job_whose_storage_owner_was_removed_fails_at_launch(tmp_path: Path) -> None:
+    """The config changed between submission and launch: the job fails instead of mounting the storage."""
+    make_tree(tmp_path)
+    config = confined_config(tmp_path)
+    with LiveServer(tmp_path / "home", config).start() as live:
+        blocker = submit(live, "admin", code_path=f"{tmp_path}/nas/admin", resource_pkg=457, cmd="sleep 60")
+        wait_state(live, blocker.json()["id"], {"RUNNING"})
+        r = submit(live, "bob", code_path=f"{tmp_path}/nas/bob/code", project_storage=[10111], cmd="true")
+        assert r.status_code == 201, r.text
+        live.stop()
+        assert live.config_path is not None
+        live.config_path.write_text(
+            config.replace('groups = ["vision"]', 'groups = ["nlp"]'), encoding="utf-8"
+        )
+        live.start()
+        with live.client(TOKENS["admin"]) as c:
+            c.cancel(blocker.json()["id"])
+        job = wait_state(live, r.json()["id"], TERMINAL)
+        assert (
+            job.state == "FAILED"
+            and "project storage 10111" in (job.reason or "")
+            and "bob" in (job.reason or "")
+        )
+
+
 # ---- against a real Docker engine --------------------------------------------------------------------
 
 
