@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ValidationError
 
 from hai_airflow.spec import (
+    MAX_CMD_BYTES,
+    MAX_ENV_BYTES,
+    MAX_ENV_VARS,
+    MAX_IMAGE_CHARS,
+    MAX_PROJECT_STORAGES,
+    NUL_OR_BLANK,
+    STORE_INT_MAX,
     CpuJobSpec,
     DistributedJobSpec,
     GroupConfig,
@@ -119,3 +127,74 @@ def test_modes_are_discriminated_and_specs_frozen() -> None:
     with pytest.raises(ValidationError, match="frozen"):
         req.spec.workers = 3  # type: ignore[misc]
     assert [priority_class(h) for h in (0, 4)] == ["low", "high"]
+
+
+# ---- input limits ----------------------------------------------------------------------------------
+
+
+def _first_error(payload: dict[str, Any]) -> tuple[str, str]:
+    with pytest.raises(ValidationError) as caught:
+        CpuJobSpec.model_validate(payload)
+    err = caught.value.errors()[0]
+    return ".".join(str(p) for p in err["loc"]), err["msg"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "where", "message"),
+    [
+        pytest.param({"cmd": "x" * MAX_CMD_BYTES + "y"}, "cmd", "131,072 bytes", id="cmd one byte over"),
+        pytest.param({"cmd": "é" * (MAX_CMD_BYTES // 2 + 1)}, "cmd", "131,072 bytes",
+                     id="cmd counted in UTF-8 bytes, not characters"),
+        pytest.param({"cmd": "echo\x00"}, "cmd", "NUL", id="NUL in cmd"),
+        pytest.param({"task_name": "a\x00"}, "task_name", "NUL", id="NUL in the task name"),
+        pytest.param({"code_path": "/x\x00"}, "code_path", "NUL", id="NUL in the code path"),
+        pytest.param({"env": {"A": "\x00"}}, "env.A", "NUL", id="NUL in an env value"),
+        pytest.param({"env": {f"V{i}": "" for i in range(MAX_ENV_VARS + 1)}}, "env", "at most 256 items",
+                     id="too many env variables"),
+        pytest.param({"env": {"A": "x" * 70_000, "B": "x" * 70_000}}, "env", "at most 131,072",
+                     id="env over its total size"),
+        pytest.param({"cmd": "\t\n \r"}, "cmd", "blank", id="command of white space"),
+        pytest.param({"model_id": STORE_INT_MAX + 1}, "model_id", "less than or equal",
+                     id="model id past the store's INTEGER"),
+        pytest.param({"project_storage": [0, 2**64]}, "project_storage.1", "less than or equal",
+                     id="storage id past the store's INTEGER"),
+        pytest.param({"max_schedule": "5"}, "max_schedule", "one of 0|4|6|8|24|48",
+                     id="max_schedule text that is no choice"),
+        pytest.param({"image": "x" * (MAX_IMAGE_CHARS + 1)}, "image", "at most 512",
+                     id="image reference too long"),
+    ],
+)
+def test_limits_refuse_naming_the_field(fields: dict[str, Any], where: str, message: str) -> None:
+    loc, msg = _first_error({**BASE, **fields})
+    assert loc == where and message in msg, (loc, msg)
+
+
+def test_limits_admit_what_fits_exactly() -> None:
+    spec = CpuJobSpec.model_validate(
+        {**BASE, "cmd": "x" * MAX_CMD_BYTES, "env": {"A": "x" * (MAX_ENV_BYTES - 4)}, "max_schedule": "24"}
+    )
+    # `A=` + value + NUL is exactly MAX_ENV_BYTES; "24" is a rendered Airflow template, not JSON.
+    assert len(spec.cmd.encode()) == MAX_CMD_BYTES and spec.max_schedule == 24
+
+
+def test_json_is_validated_without_coercion_in_strict_mode() -> None:
+    body = {"spec": {**BASE, "mode": "cpu", "max_schedule": "24"}}
+    with pytest.raises(ValidationError, match="max_schedule must be one of"):
+        SubmitRequest.model_validate_json(json.dumps(body), strict=True)
+    body = {"spec": {**BASE, "mode": "cpu", "project_storage": [10111], "max_schedule": 24}}
+    assert SubmitRequest.model_validate_json(json.dumps(body), strict=True).spec.max_schedule == 24
+
+
+def test_the_json_schema_states_the_limits() -> None:
+    defs = SubmitRequest.model_json_schema()["$defs"]
+    spec = defs["StandaloneJobSpec"]
+    props = spec["properties"]
+    assert "mode" in spec["required"]
+    assert spec["then"]["properties"]["code_src"] == {"const": "git"}
+    assert props["max_schedule"]["enum"] == [0, 4, 6, 8, 24, 48]
+    assert props["cmd"]["maxLength"] == MAX_CMD_BYTES and props["cmd"]["not"] == {"pattern": NUL_OR_BLANK}
+    assert props["model_id"]["anyOf"][0]["maximum"] == STORE_INT_MAX
+    assert props["resource_pkg"]["maximum"] == STORE_INT_MAX
+    assert props["env"]["maxProperties"] == MAX_ENV_VARS
+    assert props["env"]["propertyNames"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$"
+    assert props["project_storage"]["maxItems"] == MAX_PROJECT_STORAGES
