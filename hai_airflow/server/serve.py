@@ -201,6 +201,11 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
         ctx.store.dialect,
         config.server.backend,
     )
+    if config.paths.allowed is None and config.server.backend != "local":
+        log.warning(
+            "[paths] allowed is not set: jobs may mount any directory but system paths and $HAI_HOME; "
+            'set e.g. allowed = ["/nas/{user}", "/nas/groups/{group}"] on a shared cluster'
+        )
     # Long-polls and followed logs must not hold a shutdown up for long.
     uvicorn.run(
         app,
