@@ -79,9 +79,17 @@ def strict_body(model: type[M]) -> Any:
     """
 
     async def parse(request: Request, body: Any) -> M:
-        text = json.dumps(json.loads(await request.body(), parse_float=_schema_number))
+        text = json.dumps(json.loads(await request.body(), parse_float=_schema_number), ensure_ascii=False)
         try:
-            return model.model_validate_json(text, strict=True)
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ApiError(
+                422,
+                "the request body holds text that is not Unicode (a lone surrogate escape such as \\ud800)",
+                fix="Send the text as UTF-8",
+            ) from None
+        try:
+            return model.model_validate_json(data, strict=True)
         except ValidationError as error:
             raise RequestValidationError(
                 [{**e, "loc": ("body", *e["loc"])} for e in error.errors(include_url=False)]

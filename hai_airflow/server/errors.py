@@ -61,6 +61,7 @@ _FIXES = {
     "bool_type": "Give true or false",
     "bool_parsing": "Give true or false",
     "string_type": "Give a JSON string",
+    "string_unicode": "Send the text as UTF-8, without lone surrogate escapes such as \\ud800",
     "dict_type": "Give a JSON object",
     "model_type": "Give a JSON object",
     "model_attributes_type": "Give a JSON object",
@@ -170,6 +171,7 @@ def error_response(e: ApiError) -> JSONResponse:
 
 
 _HTTP_FIXES = {
+    400: "Send JSON with Content-Type: application/json (numbers of at most 4,300 digits); see /docs",
     404: "See /docs for the endpoints",
     405: "See /docs for the methods of this endpoint",
 }

@@ -249,3 +249,26 @@ def test_the_dashboards_job_lookup_answers_a_bad_id_with_an_html_page(server: Li
     assert 400 <= r.status_code < 500, r.text[:500]
     assert r.headers["content-type"].startswith("text/html")
     assert "not a job id" in r.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        pytest.param('"task_name": "\\ud800"', "spec.task_name", id="in a checked text field"),
+        pytest.param('"task_name": "t", "gpu_type": "\\ud800"', None, id="anywhere else"),
+    ],
+)
+def test_a_lone_surrogate_escape_is_refused_not_stored(
+    server: LiveServer, code: Path, fields: str, field: str | None
+) -> None:
+    # json.loads turns "\ud800" into text that no store, file or process can encode.
+    before = job_count(server)
+    spec = f'"mode": "standalone", "resource_pkg": 454, "code_path": "{code}", "cmd": "true", {fields}'
+    r = httpx.post(
+        f"{server.url}/api/v1/jobs",
+        content=('{"spec": {' + spec + "}}").encode(),
+        headers={**ALICE, "Content-Type": "application/json"},
+    )
+    err = refused(r, 422, field)
+    assert "UTF-8" in err["fix"]
+    assert job_count(server) == before
