@@ -88,14 +88,16 @@ def resolve_connection(
     cfg_path = home / "client.toml"
     if cfg_path.exists():
         cfg = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
+    # An explicit region (a --region flag) outranks HAI_SERVER, as every flag outranks the environment.
+    explicit_region = region
     region = region or os.environ.get("HAI_REGION") or cfg.get("default_region") or DEFAULT_REGION
     regions: dict[str, str] = cfg.get("regions", {})
-    if server is None:
+    if server is None and explicit_region is None:
         server = os.environ.get("HAI_SERVER")
     if server is None:
         if region in regions:
             server = regions[region]
-        elif region != DEFAULT_REGION and os.environ.get("HAI_REGION"):
+        elif region != DEFAULT_REGION and (explicit_region or os.environ.get("HAI_REGION")):
             known = ", ".join(sorted(regions)) or "none configured"
             raise HaiError(
                 2,

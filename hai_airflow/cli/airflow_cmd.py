@@ -6,19 +6,21 @@ from typing import Annotated
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
-from hai_airflow.cli.output import Column, emit, fail
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.output import Column, OutputFlags, emit, fail, help_without_subcommand
 
 app = typer.Typer(
     name="airflow",
     help="Airflow integration: mirror group quotas into Airflow pools.",
-    no_args_is_help=True,
+    invoke_without_command=True,
 )
 
 
 @app.callback()
-def airflow_group() -> None:
+def airflow_group(ctx: typer.Context) -> None:
     """Airflow integration: mirror group quotas into Airflow pools."""
+    help_without_subcommand(ctx)
 
 
 POOL_COLUMNS = (
@@ -30,8 +32,8 @@ POOL_COLUMNS = (
 
 
 @app.command("sync-pools")
+@with_flags()
 def sync_pools_command(
-    server: ServerOption = None,
     conn_id: Annotated[
         str | None,
         typer.Option(
@@ -43,7 +45,8 @@ def sync_pools_command(
     keep_stale: Annotated[
         bool, typer.Option("--keep-stale", help="Keep hai_<group> pools of groups that no longer exist.")
     ] = False,
-    as_json: JsonOption = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
     """Create or update the Airflow pool hai_<group> of every resource group: slots = its GPU quota.
 
@@ -68,7 +71,7 @@ def sync_pools_command(
         finally:
             hook.close()
     else:
-        with connect(server) as client:
+        with connect(connection) as client:
             quotas = client.quotas()
     try:
         changes = apply_pools(quotas, delete_stale=not keep_stale)
@@ -78,4 +81,11 @@ def sync_pools_command(
             "database is configured (AIRFLOW_HOME) and `airflow db migrate` has run",
             1,
         )
-    emit(changes, POOL_COLUMNS, as_json=as_json, title="Airflow pools", empty="no resource groups to mirror")
+    emit(
+        changes,
+        POOL_COLUMNS,
+        out=out,
+        title="Airflow pools",
+        empty="no resource groups to mirror",
+        name=lambda c: c.pool,
+    )

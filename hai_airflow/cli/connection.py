@@ -1,9 +1,12 @@
-"""Options every server command shares, and one place that turns client failures into exit codes."""
+"""Where a command connects (`--server`, `--token`, `--region`); client failures as exit codes."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated
 
 import httpx
@@ -11,24 +14,67 @@ import pydantic
 import typer
 
 from hai_airflow.cli.output import fail
-from hai_airflow.client import HaiClient, HaiError
+from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError
 
-ServerOption = Annotated[
-    str | None,
-    typer.Option(
-        "--server",
-        metavar="URL",
-        help="URL of the hai server. Default: $HAI_SERVER, else the $HAI_REGION entry of "
-        "$HAI_HOME/client.toml [regions], else http://127.0.0.1:8765. "
-        "The token comes from $HAI_TOKEN or $HAI_HOME/token.",
-        show_default=False,
-    ),
-]
+PRECEDENCE = (
+    "Each of --server, --token and --region is taken from the flag, else its variable (HAI_SERVER, "
+    "HAI_TOKEN, HAI_REGION), else $HAI_HOME/client.toml (`server`, `default_region`, [regions]) and "
+    "$HAI_HOME/token; a flag after the command beats one before it. --region picks the server from "
+    "[regions] and beats HAI_SERVER; --server beats --region."
+)
 
-JsonOption = Annotated[
-    bool,
-    typer.Option("--json", help="Print JSON with the API's field names instead of a table (for programs)."),
-]
+
+@dataclass(frozen=True)
+class ServerFlags:
+    """The global connection flags every command that talks to the server accepts."""
+
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            metavar="URL",
+            help="URL of the hai server. Default: $HAI_SERVER, else the region's, else http://127.0.0.1:8765.",
+            show_default=False,
+            rich_help_panel="Connection",
+        ),
+    ] = None
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="TOKEN",
+            help="API token. Default: $HAI_TOKEN, else $HAI_HOME/token.",
+            show_default=False,
+            rich_help_panel="Connection",
+        ),
+    ] = None
+    region: Annotated[
+        str | None,
+        typer.Option(
+            "--region",
+            metavar="NAME",
+            help="Region: a [regions] entry of $HAI_HOME/client.toml. Default: $HAI_REGION, else its "
+            "default_region.",
+            show_default=False,
+            rich_help_panel="Connection",
+        ),
+    ] = None
+
+    def over(self, outer: ServerFlags) -> ServerFlags:
+        """These flags where given, `outer`'s (given before the command) elsewhere."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return dataclasses.replace(outer, **given)
+
+
+ROOT_FLAGS: ContextVar[ServerFlags] = ContextVar("hai_root_flags", default=ServerFlags())  # noqa: B039 (frozen)
+"""The connection flags given before the command (`hai --server URL task`), set by the root callback."""
+
+
+def client_for(flags: ServerFlags, timeout: float = 30.0) -> HaiClient:
+    """A client from the command's flags over the root's, then the environment and $HAI_HOME."""
+    merged = flags.over(ROOT_FLAGS.get())
+    return HaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)
+
 
 BAD_INPUT_STATUSES = frozenset({2, 400, 422})
 """Refusals that mean the caller's input was wrong (exit 2); every other refusal is exit 1.
@@ -41,14 +87,14 @@ def exit_code_for(error: HaiError) -> int:
 
 
 @contextmanager
-def connect(server: str | None) -> Iterator[HaiClient]:
-    """A client for the command's body; its failures leave as one `Error:` line and an exit code."""
+def failures_as_exit(flags: ServerFlags) -> Iterator[None]:
+    """Client failures inside the block leave as one `Error:` line and an exit code."""
     try:
-        with HaiClient(server=server) as client:
-            yield client
+        yield
     except HaiError as error:
         fail(error.message, exit_code_for(error))
     except httpx.InvalidURL as error:
+        server = flags.over(ROOT_FLAGS.get()).server
         fail(f"--server {server!r} is not a usable URL ({error}). Give one like http://127.0.0.1:8765", 2)
     except pydantic.ValidationError as error:
         fail(
@@ -56,3 +102,16 @@ def connect(server: str | None) -> Iterator[HaiClient]:
             "mismatched fields). Install the hai version that matches the server",
             1,
         )
+
+
+@contextmanager
+def connect(flags: ServerFlags) -> Iterator[HaiClient]:
+    """A client for the command's body; its failures leave as one `Error:` line and an exit code."""
+    with failures_as_exit(flags), client_for(flags) as client:
+        yield client
+
+
+def async_client_for(flags: ServerFlags, timeout: float = 30.0) -> AsyncHaiClient:
+    """The asyncio twin of `client_for`, for waiting on several long-polls at once."""
+    merged = flags.over(ROOT_FLAGS.get())
+    return AsyncHaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)

@@ -1,70 +1,102 @@
-"""Steering a task: `hai promote`, `hai cancel`, and the admins' `hai suspend` / `hai resume`."""
+"""Steering tasks: `hai promote`, `hai cancel`, the admins' `hai suspend`/`hai resume`; one id or several."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Sequence
 from typing import Annotated
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
 from hai_airflow.cli.jobspec import MaxScheduleOption
-from hai_airflow.cli.output import emit, say, usage_error
-from hai_airflow.cli.task import JOB_COLUMNS, TaskIdOption
+from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
+from hai_airflow.cli.task import JOB_COLUMNS
+from hai_airflow.client import HaiClient
 from hai_airflow.spec import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobView
 
 SUSPENDED = frozenset({"SUSPENDED"})
 HIGH_CHOICES = "|".join(str(c) for c in MAX_SCHEDULE_CHOICES if c > 0)
 
 
+@with_flags()
 def promote(
-    task_id: TaskIdOption,
-    max_schedule: MaxScheduleOption,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    max_schedule: MaxScheduleOption = 0,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
-    """Make a low-priority task high priority, within your quota (e.g. after a high one finished)."""
+    """Make low-priority tasks high priority, within your quota (e.g. after a high one finished)."""
+    chosen = task_ids(ids, task_id, "promote")
     if max_schedule not in MAX_SCHEDULE_CHOICES or max_schedule == 0:
         usage_error(
             f"--max-schedule must be one of {HIGH_CHOICES} to promote (hours; more than 0 = high priority)"
         )
-    with connect(server) as client:
-        job = client.promote(task_id, max_schedule)
-    _report(job, f"promoted task {job.id} to high priority (max-schedule {job.max_schedule}h)", as_json)
+
+    def line(job: JobView) -> str:
+        return f"promoted task {job.id} to high priority (max-schedule {job.max_schedule}h)"
+
+    act_on_each(connection, chosen, lambda c, i: c.promote(i, max_schedule), line, out)
 
 
+@with_flags()
 def cancel(
-    task_id: TaskIdOption,
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Cancel without asking (required without a terminal).")
     ] = False,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
-    """Cancel a task: stop its running instance and never start it again."""
+    """Cancel tasks (`hai cancel 42 43`): stop their running instances and never start them again."""
+    chosen = task_ids(ids, task_id, "cancel")
+    named = ", ".join(map(str, chosen))
+    noun = "task" if len(chosen) == 1 else "tasks"
     if not yes:
         if not sys.stdin.isatty():
             usage_error(
-                f"cancelling task {task_id} needs confirmation and there is no terminal to ask on. Add --yes"
+                f"cancelling {noun} {named} needs confirmation and there is no terminal to ask on. Add --yes"
             )
-        typer.confirm(f"Cancel task {task_id}? Its running instance is stopped.", abort=True, err=True)
-    with connect(server) as client:
-        job = client.cancel(task_id)
-    _report(job, outcome_line("cancelled", "cancelling", job, TERMINAL_STATES), as_json)
+        typer.confirm(f"Cancel {noun} {named}? Running instances are stopped.", abort=True, err=True)
+
+    def line(job: JobView) -> str:
+        return outcome_line("cancelled", "cancelling", job, TERMINAL_STATES)
+
+    act_on_each(connection, chosen, HaiClient.cancel, line, out)
 
 
-def suspend(task_id: TaskIdOption, server: ServerOption = None, as_json: JsonOption = False) -> None:
-    """Suspend a running task now (admins); it waits to be resumed and restarts from its checkpoint."""
-    with connect(server) as client:
-        job = client.suspend(task_id)
-    _report(job, outcome_line("suspended", "suspending", job, SUSPENDED), as_json)
+@with_flags()
+def suspend(
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
+) -> None:
+    """Suspend running tasks now (admins); each waits to be resumed and restarts from its checkpoint."""
+    chosen = task_ids(ids, task_id, "suspend")
+
+    def line(job: JobView) -> str:
+        return outcome_line("suspended", "suspending", job, SUSPENDED)
+
+    act_on_each(connection, chosen, HaiClient.suspend, line, out)
 
 
-def resume(task_id: TaskIdOption, server: ServerOption = None, as_json: JsonOption = False) -> None:
-    """Queue a suspended task to run again (admins); it starts when resources are free."""
-    with connect(server) as client:
-        job = client.resume(task_id)
-    _report(job, f"resumed task {job.id} (now {job.state})", as_json)
+@with_flags()
+def resume(
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
+) -> None:
+    """Queue suspended tasks to run again (admins); each starts when resources are free."""
+    chosen = task_ids(ids, task_id, "resume")
+    act_on_each(
+        connection, chosen, HaiClient.resume, lambda job: f"resumed task {job.id} (now {job.state})", out
+    )
 
 
 def outcome_line(done: str, doing: str, job: JobView, done_states: frozenset[str]) -> str:
@@ -73,8 +105,26 @@ def outcome_line(done: str, doing: str, job: JobView, done_states: frozenset[str
     return f"{verb} task {job.id} (now {job.state})"
 
 
-def _report(job: JobView, line: str, as_json: bool) -> None:
-    if as_json:
-        emit(job, JOB_COLUMNS, as_json=True)
-    else:
-        say(line)
+def act_on_each(
+    connection: ServerFlags,
+    ids: Sequence[int],
+    act: Callable[[HaiClient, int], JobView],
+    line: Callable[[JobView], str],
+    out: OutputFlags,
+) -> None:
+    """Act on every id; one result line each as it is done (or the jobs as data at the end); exit
+    non-zero if any was refused."""
+    as_lines = out.format in ("table", "wide")
+
+    def act_and_say(job_id: int) -> JobView:
+        job = act(client, job_id)
+        if as_lines:
+            say(line(job))
+        return job
+
+    with connect(connection) as client:
+        jobs, code = each(ids, act_and_say)
+    if not as_lines and jobs:
+        emit(jobs[0] if len(ids) == 1 else jobs, JOB_COLUMNS, out=out)
+    if code:
+        raise typer.Exit(code)

@@ -6,32 +6,31 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import choice, completes, with_flags
 from hai_airflow.cli.jobspec import (
     REQUIRED,
-    ClientKeyOption,
-    CodeSrcOption,
-    ElasticOption,
-    EnvOption,
-    GitBranchOption,
+    ElasticFlags,
     GpuTypeOption,
-    GraceOption,
-    MaxScheduleOption,
-    ModelDirOption,
-    ModelIdOption,
-    ProjectIdOption,
-    ProjectStorageOption,
-    ShmOption,
+    JobFlags,
+    SubmitFlags,
     build_spec,
-    parse_env,
 )
-from hai_airflow.cli.output import emit, say
+from hai_airflow.cli.output import OutputFlags, emit, say
 from hai_airflow.cli.task import JOB_COLUMNS
+from hai_airflow.cli.wait import wait_and_report
 from hai_airflow.spec import JobSpec
 
 CREATE_FLAGS = {"grace_seconds": "--grace"}
 
+DOCUMENT_ORDER = (
+    "task_name", "model_id", "project_id", "mode", "code_src", "code_path", "git_branch", "model_dir",
+    "project_storage", "max_schedule", "image", "resource_pkg", "shm", "cmd",
+)  # fmt: skip
+"""`hai create --help` lists the platform document's flags in the document's order, the rest after."""
 
+
+@with_flags(order=DOCUMENT_ORDER)
 def create(
     task_name: Annotated[
         str,
@@ -41,18 +40,17 @@ def create(
             help="Task name; Chinese and English both work. 任务名称，支持中英文",
         ),
     ] = REQUIRED,
-    model_id: ModelIdOption = None,
-    project_id: ProjectIdOption = None,
     mode: Annotated[
         Literal["standalone", "distributed"],
         typer.Option(
             "--mode",
             metavar="[standalone|distributed]",
+            parser=choice("standalone", "distributed"),
+            autocompletion=completes("standalone", "distributed"),
             help="Training mode: standalone (one machine, one or more GPUs) or distributed (Horovod: "
             "--workers machines of --worker-resource-pkg each). 训练模式: 单机等",
         ),
     ] = "standalone",
-    code_src: CodeSrcOption = "nas",
     code_path: Annotated[
         str,
         typer.Option(
@@ -61,10 +59,6 @@ def create(
             help="Code directory (the job starts cd'd there) or git repository. 代码路径",
         ),
     ] = REQUIRED,
-    git_branch: GitBranchOption = None,
-    model_dir: ModelDirOption = None,
-    project_storage: ProjectStorageOption = None,
-    max_schedule: MaxScheduleOption = 0,
     image: Annotated[
         str | None,
         typer.Option(
@@ -82,7 +76,6 @@ def create(
             "package of one worker unless --worker-resource-pkg is given. 资源套餐ID，请用hai res获取",
         ),
     ] = None,
-    shm: ShmOption = None,
     cmd: Annotated[
         str,
         typer.Option("--cmd", metavar="TEXT", help='Start command, e.g. "python3 training.py". 启动命令'),
@@ -114,38 +107,28 @@ def create(
         ),
     ] = None,
     gpu_type: GpuTypeOption = None,
-    elastic: ElasticOption = False,
-    grace: GraceOption = None,
-    env: EnvOption = None,
-    client_key: ClientKeyOption = None,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    job: JobFlags = JobFlags(),
+    elastic: ElasticFlags = ElasticFlags(),
+    submit: SubmitFlags = SubmitFlags(),
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
-    """Create a training task (创建托管训练任务). Prints `created task ID`; --json prints the whole job.
+    """Create a training task (创建托管训练任务). Prints `created task ID`; -o json prints the whole job.
 
     \b
     Example:
     hai create --task-name=hai-test --model-id=31 --project-id=10209
     --code-path=/workspace/nas-data --project-storage=10209,10210 --max-schedule=24
-    --image=registry/platform_horovod:v1.1 --resource-pkg=457 --cmd="python3 training.py"
+    --image=registry/platform_horovod:v1.1 --resource-pkg=457 --cmd="python3 training.py" --wait
     """
     fields: dict[str, Any] = {
         "task_name": task_name,
-        "model_id": model_id,
-        "project_id": project_id,
-        "code_src": code_src,
         "code_path": code_path,
-        "git_branch": git_branch,
-        "model_dir": model_dir,
-        "project_storage": project_storage,
-        "max_schedule": max_schedule,
         "image": image,
-        "shm": shm,
         "cmd": cmd,
-        "env": parse_env(env),
-        "elastic": elastic,
-        "grace_seconds": grace,
         "gpu_type": gpu_type,
+        **job.fields(),
+        **elastic.fields(),
     }
     if mode == "distributed":
         fields |= {
@@ -162,14 +145,18 @@ def create(
             "worker_resource_pkg": worker_resource_pkg,
         }
     spec = build_spec(mode, fields, CREATE_FLAGS, "create")
-    submit_and_report(spec, client_key, server, as_json)
+    submit_and_report(spec, submit, connection, out)
 
 
-def submit_and_report(spec: JobSpec, client_key: str | None, server: str | None, as_json: bool) -> None:
-    """Send the spec; print `created task ID` (the id last, for scripts) or the whole job as JSON."""
-    with connect(server) as client:
-        job = client.submit(spec, client_key=client_key)
-    if as_json:
-        emit(job, JOB_COLUMNS, as_json=True)
-    else:
-        say(f"created task {job.id}")
+def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlags, out: OutputFlags) -> None:
+    """Send the spec; print `created task ID` (the id last, for scripts), the id alone (-o name) or the
+    whole job; with --wait, then wait for it and exit with its outcome."""
+    with connect(connection) as client:
+        job = client.submit(spec, client_key=submit.client_key)
+        if out.format in ("table", "wide"):
+            say(f"created task {job.id}")
+        elif not submit.wait:
+            emit(job, JOB_COLUMNS, out=out)
+        if submit.wait:
+            code = wait_and_report(client, [job.id], None, submit.wait_timeout, out)
+            raise typer.Exit(code)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
-from hai_airflow.cli.output import Column, emit, placement, when
-from hai_airflow.cli.task import TaskIdOption
+from dataclasses import replace
+
+import typer
+
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
+from hai_airflow.cli.output import Column, OutputFlags, emit, placement, when
 from hai_airflow.spec import InstanceView
 
 
@@ -26,6 +31,7 @@ def start_kind(instance: InstanceView) -> str:
 
 INSTANCE_COLUMNS = (
     Column("ID", lambda i: i.id, "right"),
+    Column("TASK", lambda i: i.job_id, "right", wide=True),
     Column("STARTED", lambda i: when(i.started_at)),
     Column("ENDED", lambda i: when(i.ended_at)),
     Column("PLACEMENT", lambda i: placement(i.placement)),
@@ -35,13 +41,23 @@ INSTANCE_COLUMNS = (
 )
 
 
-def instance(task_id: TaskIdOption, server: ServerOption = None, as_json: JsonOption = False) -> None:
-    """List the instances (runs) of a task (列出任务的实例). Every start or resume is a new instance."""
-    with connect(server) as client:
-        instances = client.instances(task_id)
-    emit(
-        instances,
-        INSTANCE_COLUMNS,
-        as_json=as_json,
-        empty=f"task {task_id} has not started yet; `hai task --task-id {task_id}` says why it waits",
-    )
+@with_flags()
+def instance(
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
+) -> None:
+    """List the instances (runs) of tasks (列出任务的实例): `hai instance 42`. Every start or resume is a new
+    instance."""
+    chosen = task_ids(ids, task_id, "instance")
+    with connect(connection) as client:
+        runs, code = each(chosen, client.instances)
+    instances = [i for listed in runs for i in listed]
+    # Runs of several tasks name their task in every view, not only in -o wide.
+    columns = tuple(replace(c, wide=c.wide and len(chosen) == 1) for c in INSTANCE_COLUMNS)
+    named = " ".join(map(str, chosen))
+    if runs:
+        emit(instances, columns, out=out, empty=f"not started yet; `hai task {named}` says why it waits")
+    if code:
+        raise typer.Exit(code)

@@ -1,10 +1,11 @@
-"""Job flags shared by `hai create` and `hai submit`, and their one conversion into a validated spec."""
+"""Job flags `hai create` and the `hai submit` commands share, declared once; their conversion to a spec."""
 
 from __future__ import annotations
 
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -204,3 +205,68 @@ def _name_flags(message: str, flags: Mapping[str, str], mode: str) -> str:
         if "_" in field:
             message = re.sub(rf"\b{field}\b", flag, message)
     return message
+
+
+@dataclass(frozen=True)
+class JobFlags:
+    """The job flags `hai create` and every `hai submit` command share."""
+
+    model_id: ModelIdOption = None
+    project_id: ProjectIdOption = None
+    code_src: CodeSrcOption = "nas"
+    git_branch: GitBranchOption = None
+    model_dir: ModelDirOption = None
+    project_storage: ProjectStorageOption = None
+    max_schedule: MaxScheduleOption = 0
+    shm: ShmOption = None
+    env: EnvOption = None
+
+    def fields(self) -> dict[str, Any]:
+        """These flags as spec fields (None = not given, so the spec's default applies)."""
+        return {
+            "model_id": self.model_id,
+            "project_id": self.project_id,
+            "code_src": self.code_src,
+            "git_branch": self.git_branch,
+            "model_dir": self.model_dir,
+            "project_storage": self.project_storage,
+            "max_schedule": self.max_schedule,
+            "shm": self.shm,
+            "env": parse_env(self.env),
+        }
+
+
+@dataclass(frozen=True)
+class ElasticFlags:
+    """How a GPU job is suspended: `--elastic` and `--grace` (not for CPU stages)."""
+
+    elastic: ElasticOption = False
+    grace: GraceOption = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"elastic": self.elastic, "grace_seconds": self.grace}
+
+
+@dataclass(frozen=True)
+class SubmitFlags:
+    """What every submitting command does after validating the job: idempotency and waiting."""
+
+    client_key: ClientKeyOption = None
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="After submitting, wait for the task to end; the exit code is its outcome, as with "
+            "`hai wait` (0 succeeded, 1 failed or cancelled, 124 --wait-timeout passed).",
+        ),
+    ] = False
+    wait_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--wait-timeout",
+            metavar="SECONDS",
+            min=0,
+            help="With --wait: give up waiting after this many seconds (the task keeps running).",
+            show_default=False,
+        ),
+    ] = None

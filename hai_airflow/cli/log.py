@@ -1,17 +1,34 @@
-"""`hai log`: an instance's output, the tail of it, or followed live until the instance ends."""
+"""`hai log`: an instance's output, its tail, or followed live (reconnecting) until the instance ends."""
 
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+import time
+from contextlib import AbstractContextManager, nullcontext
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
-from hai_airflow.cli.connection import ServerOption, connect
-from hai_airflow.cli.output import fail, usage_error
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.ids import InstanceIdArgument, complete_instance_ids, complete_task_ids
+from hai_airflow.cli.output import fail, stdout_is_terminal, usage_error
+from hai_airflow.client import HaiClient, HaiUnreachable
+
+RECONNECT_FOR_SECONDS = 300.0
+"""How long `--follow` keeps trying to reach a server that went away (e.g. while it restarts)."""
+
+RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
+"""Pauses between reconnect attempts; the last one repeats."""
+
+RESUME_MARK = 4096
+"""Characters of the output already printed that locate where to resume after a reconnect."""
 
 
+@with_flags()
 def log(
+    id_: InstanceIdArgument = None,
     instance_id: Annotated[
         int | None,
         typer.Option(
@@ -19,6 +36,8 @@ def log(
             "--instance_id",
             metavar="INTEGER",
             help="Instance id, from `hai instance`. 运行实例ID，从hai instance获取",
+            autocompletion=complete_instance_ids,
+            show_default=False,
         ),
     ] = None,
     task_id: Annotated[
@@ -27,7 +46,9 @@ def log(
             "--task-id",
             "--task_id",
             metavar="INTEGER",
-            help="Instead of --instance-id: the latest instance of this task.",
+            help="Instead of an instance id: the latest instance of this task.",
+            autocompletion=complete_task_ids,
+            show_default=False,
         ),
     ] = None,
     tail: Annotated[
@@ -39,33 +60,94 @@ def log(
         ),
     ] = 0,
     follow: Annotated[
-        bool, typer.Option("--follow", "-f", help="Keep printing new output until the instance ends.")
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new output until the instance ends; reconnects if the "
+            "server goes away meanwhile.",
+        ),
     ] = False,
-    server: ServerOption = None,
+    connection: ServerFlags = ServerFlags(),
 ) -> None:
-    """Print the training log of an instance (获取训练日志)."""
-    if (instance_id is None) == (task_id is None):
+    """Print the training log of an instance (获取训练日志): `hai log 125065 -f`."""
+    if id_ is not None and instance_id is not None and id_ != instance_id:
+        usage_error(f"two different instance ids ({id_} and --instance-id {instance_id}). Give one")
+    chosen = id_ if id_ is not None else instance_id
+    if (chosen is None) == (task_id is None):
         usage_error(
-            "give exactly one of --instance-id and --task-id. Find ids with `hai instance --task-id N`"
+            "give exactly one of an instance id (`hai log 125065`, or --instance-id) and --task-id. "
+            "Find instance ids with `hai instance TASK_ID`"
         )
     if tail < 0:
         usage_error("--tail must be 0 (the whole log) or a positive number of lines")
-    with connect(server) as client:
-        if instance_id is None:
+    with connect(connection) as client:
+        if chosen is None:
             assert task_id is not None
             instances = client.instances(task_id)
             if not instances:
-                fail(f"task {task_id} has no instance yet. `hai task --task-id {task_id}` says why it waits")
-            instance_id = max(i.id for i in instances)
+                fail(f"task {task_id} has no instance yet. `hai task {task_id}` says why it waits")
+            chosen = max(i.id for i in instances)
         if not follow:
-            _write(client.log(instance_id, tail=tail))
+            _write(client.log(chosen, tail=tail))
             return
         try:
-            for chunk in client.follow_log(instance_id, tail=tail):
-                _write(chunk)
+            follow_with_reconnect(client, chosen, tail)
         except KeyboardInterrupt:
             # Stopping to watch is not an error and leaves the job running.
             raise typer.Exit(130) from None
+
+
+def resume_offset(whole: str, printed: str) -> int:
+    """Where output continues in the whole log, given the last characters already printed (0 = none)."""
+    if not printed:
+        return 0
+    at = whole.rfind(printed)
+    return at + len(printed) if at >= 0 else 0
+
+
+def _reconnect_status() -> AbstractContextManager[Any]:
+    # A status line only for a person at a terminal; piped output gets nothing but the log itself.
+    if stdout_is_terminal() and sys.stderr.isatty():
+        return Console(stderr=True).status("lost the server; reconnecting")
+    return nullcontext(None)
+
+
+def follow_with_reconnect(client: HaiClient, instance_id: int, tail: int) -> None:
+    """Stream the log until the instance ends; if the server goes away, reconnect and go on from
+    where the output stopped, without repeating or losing lines."""
+    printed = ""
+    skip = 0
+    while True:
+        try:
+            for chunk in client.follow_log(instance_id, tail=tail if not printed else 0):
+                if skip:
+                    chunk, skip = chunk[skip:], max(skip - len(chunk), 0)
+                _write(chunk)
+                printed = (printed + chunk)[-RESUME_MARK:]
+            return
+        except HaiUnreachable:
+            skip = _reconnect(client, instance_id, printed)
+
+
+def _reconnect(client: HaiClient, instance_id: int, printed: str) -> int:
+    """Wait for the server to answer again; return how many characters of the whole log were printed."""
+    deadline = time.monotonic() + RECONNECT_FOR_SECONDS
+    attempt = 0
+    with _reconnect_status() as status:
+        while True:
+            pause = RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)]
+            attempt += 1
+            if status is not None:
+                status.update(
+                    f"lost the server at {client.connection.server}; reconnecting (attempt {attempt})"
+                )
+            time.sleep(pause)
+            try:
+                return resume_offset(client.log(instance_id, tail=0), printed)
+            except HaiUnreachable:
+                if time.monotonic() > deadline:
+                    raise
 
 
 def _write(text: str) -> None:

@@ -1,85 +1,78 @@
-"""The `hai` command line: every subcommand registered on one typer app."""
+"""The `hai` command line: every subcommand registered on one typer app, and its one error handler."""
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
-from typer._click import Context
-from typer._click.exceptions import NoArgsIsHelpError, UsageError
 from typer.core import TyperGroup
 
 from hai_airflow.cli import airflow_cmd, control, quota, submit
+from hai_airflow.cli.connection import PRECEDENCE, ROOT_FLAGS, ServerFlags
 from hai_airflow.cli.create import create
+from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.instance import instance
 from hai_airflow.cli.log import log
-from hai_airflow.cli.output import usage_error, usage_problem
+from hai_airflow.cli.output import error_line, help_without_subcommand
 from hai_airflow.cli.queue_cmd import queue
 from hai_airflow.cli.res import res
 from hai_airflow.cli.serve import serve
 from hai_airflow.cli.sim import sim
 from hai_airflow.cli.task import task
-
-ARGS = "hai.args"
-"""Where the root context keeps the command line, to name the command of an error that comes without one."""
+from hai_airflow.cli.wait import wait
 
 
-class HaiGroup(TyperGroup):
-    """The root command: typer's own usage errors (a bad --mode, a missing or unknown flag, a word for a
-    number) end as one `Error: ... See `hai COMMAND --help`.` line and exit 2, like the CLI's own checks."""
-
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
-    ) -> Context:
-        given = list(args)
-        try:
-            ctx = super().make_context(info_name, args, parent, **extra)
-        except UsageError as error:
-            if isinstance(error, NoArgsIsHelpError) or extra.get("resilient_parsing"):
-                raise
-            refuse(error, info_name or "hai")
-        ctx.meta[ARGS] = given
-        return ctx
-
-    def invoke(self, ctx: Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except UsageError as error:
-            if isinstance(error, NoArgsIsHelpError) or ctx.resilient_parsing:
-                raise
-            refuse(error, command_path(ctx, ctx.meta.get(ARGS, [])))
+def usage_line(error: typer.TyperException, fallback: str) -> str:
+    """typer's own refusal (a bad value, a missing or unknown flag) as one `Error:` line naming the
+    command's help; the message is typer's, as it formats it, on one line. `fallback` names the
+    command when typer's error comes without its context."""
+    message = " ".join(error.format_message().split()).rstrip(".")
+    ctx = getattr(error, "ctx", None)
+    command = ctx.command_path if ctx is not None else fallback
+    return error_line(f"{message}. See `{command} --help`")
 
 
-def refuse(error: UsageError, command: str) -> NoReturn:
-    """One `Error:` line for a usage error; `command` is the fallback for errors click raises without a
-    context."""
-    if error.ctx is not None:
-        command = error.ctx.command_path
-    usage_error(f"{usage_problem(error)}. See `{command} --help`")
-
-
-def command_path(ctx: Context, args: list[str]) -> str:
-    """`hai quota set` for `hai quota set --user`: the subcommands named in `args`, skipping flags."""
-    path, command = [ctx.command_path], ctx.command
-    for word in args:
-        if not isinstance(command, TyperGroup):
+def command_named(group: Any, words: Sequence[str]) -> str:
+    """`hai quota set` for `quota set --user`: the subcommands named in `words`, skipping flags."""
+    path, command = ["hai"], group
+    for word in words:
+        subcommands = getattr(command, "commands", None)
+        if not subcommands:
             break
-        sub = command.get_command(ctx, word)
-        if sub is not None:
+        if word in subcommands:
             path.append(word)
-            command = sub
+            command = subcommands[word]
     return " ".join(path)
 
 
-class HaiApp(typer.Typer):
-    """The root app: an unexpected failure ends as one `Error:` line, not a traceback."""
+class HaiGroup(TyperGroup):
+    """The root command: typer's usage errors and unexpected failures end as one `Error:` line with
+    exit code 2 (bad usage) or 1 (failed), never a usage block or a traceback."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        # Flags before the command last for this run only (the test runner calls main many times).
+        reset = ROOT_FLAGS.set(ServerFlags())
         try:
-            return super().__call__(*args, **kwargs)
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.TyperException as error:
+            words = sys.argv[1:] if args is None else args
+            typer.echo(usage_line(error, command_named(self, words)), err=True)
+            sys.exit(error.exit_code)
+        except typer.Abort:
+            typer.echo(error_line("aborted"), err=True)
+            sys.exit(1)
         except Exception as error:
             if os.environ.get("HAI_DEBUG"):
                 raise
@@ -89,19 +82,29 @@ class HaiApp(typer.Typer):
                 err=True,
             )
             sys.exit(1)
+        finally:
+            ROOT_FLAGS.reset(reset)
+        code = result if isinstance(result, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
 
 
-app = HaiApp(
+app = typer.Typer(
     name="hai",
     help="HAI managed GPU training: submit CPU, standalone and distributed (Horovod) jobs, watch them, "
     "and manage high-priority quota.\n\n"
-    "Typical use: `hai res` (pick a resource package) -> `hai create ...` -> `hai task` -> "
-    "`hai instance --task-id N` -> `hai log --instance-id M --tail 100`.\n\n"
-    "The server is $HAI_SERVER or, by region, the $HAI_REGION entry of $HAI_HOME/client.toml; "
-    "`hai COMMAND --help` explains each command.",
+    "Typical use: `hai res` (pick a resource package) -> `hai create ... --wait` -> `hai task` -> "
+    "`hai instance 42` -> `hai log 125065 -f`.\n\n"
+    "Output: listings take -o json|yaml|wide|name (--json = -o json) and --no-headers; piped, tables "
+    "are plain space-aligned text; colour only on a terminal and never with NO_COLOR.\n\n"
+    f"Connection: {PRECEDENCE}\n\n"
+    "Exit codes: 0 ok, 1 the operation failed or was refused, 2 bad usage or input; `hai wait` and "
+    "--wait: 0 succeeded, 1 failed or cancelled, 124 timed out.\n\n"
+    "`hai --install-completion` installs shell completion (task and instance ids come from the server).",
     cls=HaiGroup,
     rich_markup_mode=None,
-    no_args_is_help=True,
+    invoke_without_command=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -117,7 +120,10 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
+@with_flags()
 def root(
+    ctx: typer.Context,
+    connection: ServerFlags,
     show_version: Annotated[
         bool,
         typer.Option(
@@ -126,11 +132,14 @@ def root(
     ] = False,
 ) -> None:
     """HAI managed GPU training from the shell."""
+    ROOT_FLAGS.set(connection)
+    help_without_subcommand(ctx)
 
 
 app.command()(res)
 app.command()(create)
 app.add_typer(submit.app, name="submit")
+app.command()(wait)
 app.command()(task)
 app.command()(instance)
 app.command()(log)

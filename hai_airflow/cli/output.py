@@ -1,38 +1,53 @@
-"""Everything the CLI prints: the one listing function (table or JSON), messages and errors."""
+"""Everything the CLI prints: the one listing function (table, wide, JSON, YAML, names), messages, errors."""
 
 from __future__ import annotations
 
-import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 import typer
 from pydantic import BaseModel
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from typer._click.exceptions import BadParameter, MissingParameter, NoSuchOption, UsageError
 
+from hai_airflow.cli.flags import choice, completes
 from hai_airflow.spec import WorkerPlacementView
 
-PIPE_WIDTH = 240
-"""Table width when stdout is not a terminal, wide enough that each row stays on one line for grep/awk."""
-
 NONE = "-"
+
+Format = Literal["table", "wide", "json", "yaml", "name"]
+
+STATE_STYLES = {
+    "PENDING": "yellow",
+    "STARTING": "cyan",
+    "RUNNING": "green",
+    "SUSPENDING": "magenta",
+    "SUSPENDED": "magenta",
+    "SUCCEEDED": "bold green",
+    "FAILED": "bold red",
+    "CANCELLED": "dim",
+}
+"""Colours of job states in tables on a terminal (never when piped, never with NO_COLOR)."""
 
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: its header and how a row renders in it."""
+    """A table column: its header, how a row renders in it, and whether only `-o wide` shows it."""
 
     header: str
     cell: Callable[[Any], object]
     justify: Literal["left", "right"] = "left"
+    wide: bool = False
+    style: Callable[[Any], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,33 +59,94 @@ class Section:
     columns: Sequence[Column]
 
 
+@dataclass(frozen=True)
+class OutputFlags:
+    """How a command prints what it shows: `-o json|yaml|wide|name`, `--json`, `--no-headers`."""
+
+    output: Annotated[
+        Literal["json", "yaml", "wide", "name"] | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="json|yaml|wide|name",
+            parser=choice("json", "yaml", "wide", "name"),
+            autocompletion=completes("json", "yaml", "wide", "name"),
+            help="json/yaml: the API's records (for programs); wide: a table with more columns; "
+            "name: only the ids, one per line. Default: a table.",
+            show_default=False,
+        ),
+    ] = None
+    as_json: Annotated[bool, typer.Option("--json", help="Same as -o json.")] = False
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Print tables without their header line and titles.")
+    ] = False
+
+    def __post_init__(self) -> None:
+        # Checked as the command starts, before anything is asked of the server.
+        if self.as_json and self.output not in (None, "json"):
+            usage_error(f"--json and -o {self.output} ask for different formats. Give only one of them")
+
+    @property
+    def format(self) -> Format:
+        """The one format asked for."""
+        if self.as_json:
+            return "json"
+        return self.output or "table"
+
+    @property
+    def is_data(self) -> bool:
+        """JSON or YAML: stdout is for a program, so no progress or notes may mix in."""
+        return self.format in ("json", "yaml")
+
+
+TABLE = OutputFlags()
+JSON = OutputFlags(as_json=True)
+
+
 def emit(
     data: BaseModel | Sequence[BaseModel],
     columns: Sequence[Column],
     *,
-    as_json: bool,
+    out: OutputFlags = TABLE,
     title: str | None = None,
     sections: Sequence[Section] = (),
     empty: str = "nothing to show",
+    name: Callable[[Any], object] = lambda row: row.id,
 ) -> None:
-    """Print a listing (or one record): a rich table for people, or JSON keyed by API field names."""
-    if as_json:
+    """Print a listing (or one record) in the format asked for; JSON/YAML keys are API field names."""
+    fmt = out.format
+    if fmt in ("json", "yaml"):
         payload: Any = (
             data.model_dump(mode="json")
             if isinstance(data, BaseModel)
             else [row.model_dump(mode="json") for row in data]
         )
-        typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(payload, ensure_ascii=False, indent=2) if fmt == "json" else to_yaml(payload))
         return
-    tables: list[Table] = []
+    if fmt == "name":
+        for row in [data] if isinstance(data, BaseModel) else data:
+            typer.echo(str(name(row)))
+        return
+    shown = [c for c in columns if fmt == "wide" or not c.wide]
+    headers = not out.no_headers
+    tables: list[Grid] = []
     if isinstance(data, BaseModel):
-        tables.append(_record_table(data, columns, title))
+        tables.append(record_grid(data, shown, title if headers else None))
     elif data:
-        tables.append(_rows_table(data, columns, title))
+        tables.append(rows_grid(data, shown, title if headers else None, headers))
     else:
         note(empty)
-    tables += [_rows_table(s.rows, s.columns, s.title) for s in sections if s.rows]
-    _print_tables(tables)
+    for s in sections:
+        if s.rows:
+            tables.append(rows_grid(s.rows, s.columns, s.title if headers else None, headers))
+    print_grids(tables)
+
+
+def help_without_subcommand(ctx: typer.Context) -> None:
+    """A command group called alone prints its help on stdout and exits 0, like `git` and `kubectl`."""
+    if ctx.invoked_subcommand is None and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help())
+        raise typer.Exit()
 
 
 def say(line: str) -> None:
@@ -83,12 +159,17 @@ def note(message: str) -> None:
     typer.echo(message, err=True)
 
 
-def fail(message: str, code: int = 1) -> NoReturn:
-    """Print `Error: what failed. How to fix it.` on stderr and exit (1 refused/failed, 2 bad input)."""
+def error_line(message: str) -> str:
+    """`Error: what failed. How to fix it.` from a message that may lack the final stop."""
     text = message.strip()
     if not text.endswith("."):
         text += "."
-    typer.echo(f"Error: {text}", err=True)
+    return f"Error: {text}"
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """Print `Error: what failed. How to fix it.` on stderr and exit (1 refused/failed, 2 bad input)."""
+    typer.echo(error_line(message), err=True)
     raise typer.Exit(code)
 
 
@@ -97,95 +178,204 @@ def usage_error(message: str) -> NoReturn:
     fail(message, 2)
 
 
-def usage_problem(error: UsageError) -> str:
-    """typer's own usage error (bad value, missing or unknown flag) as `what failed`, naming the flag."""
-    if isinstance(error, MissingParameter):
-        kind = error.param_type or (error.param.param_type_name if error.param is not None else "parameter")
-        flag = _flag(error)
-        text = f"missing {kind} {flag}" if flag else f"missing {kind}"
-        return f"{text}: {_sentence(error.message)}" if error.message else text
-    if isinstance(error, BadParameter):
-        flag = _flag(error)
-        problem = _sentence(error.message.removeprefix("Value error, "))
-        value, one_of, choices = problem.partition(" is not one of ")
-        if one_of:
-            problem = value + one_of + ", ".join(choice.strip("'") for choice in choices.split(", "))
-        return f"invalid value for {flag}: {problem}" if flag else f"invalid value: {problem}"
-    if isinstance(error, NoSuchOption):
-        text = f"no such option {error.option_name}"
-        if error.possibilities:
-            text += f" (did you mean {' or '.join(sorted(error.possibilities))}?)"
-        return text
-    # Click quotes flags ('--mode'); the rest of the CLI names them bare.
-    return re.sub(r"'(-[^' ]+)'", r"\1", _sentence(error.format_message()))
+# ---- tables ---------------------------------------------------------------------------------
 
 
-def _flag(error: BadParameter) -> str:
-    if error.param_hint is not None:
-        hints = [error.param_hint] if isinstance(error.param_hint, str) else list(error.param_hint)
-        return " / ".join(hint.strip("'") for hint in hints)
-    param = error.param
-    if param is None:
-        return ""
-    if param.param_type_name == "option" and param.opts:
-        # The first long spelling: `--instance-id`, not its `--instance_id` alias.
-        return next((opt for opt in param.opts if opt.startswith("--")), param.opts[0])
-    return param.get_error_hint().strip("'")
+@dataclass(frozen=True)
+class Grid:
+    """A table before it is drawn: plain text cells, one style per cell (None = plain)."""
+
+    title: str | None
+    headers: tuple[str, ...] | None
+    justify: tuple[str, ...]
+    rows: tuple[tuple[tuple[str, str | None], ...], ...]
+    record: bool = False
 
 
-def _sentence(text: str) -> str:
-    """A message as the middle of our `Error:` line: lower-case start, no final stop."""
-    text = text.strip().rstrip(".")
-    # Only a capitalised word is lowered; `GPU ...` stays as it is.
-    return text[:1].lower() + text[1:] if text[1:2].islower() else text
+def _text(value: object) -> str:
+    # One line per row: a newline inside a reason would break `grep` and `awk`.
+    return NONE if value is None or value == "" else " ".join(str(value).split())
 
 
-def _print_tables(tables: Sequence[Table]) -> None:
-    # Resolved per call, so tables go to whatever sys.stdout is now (a terminal, a pipe, a test runner).
-    if sys.stdout.isatty():
-        console = Console(file=sys.stdout, highlight=False, emoji=False)
-        for table in tables:
-            console.print(table)
+def _cells(row: Any, columns: Sequence[Column]) -> tuple[tuple[str, str | None], ...]:
+    return tuple((_text(c.cell(row)), c.style(row) if c.style else None) for c in columns)
+
+
+def rows_grid(
+    rows: Sequence[Any], columns: Sequence[Column], title: str | None, headers: bool = True
+) -> Grid:
+    """A listing: one row per record."""
+    return Grid(
+        title=title,
+        headers=tuple(c.header for c in columns) if headers else None,
+        justify=tuple(c.justify for c in columns),
+        rows=tuple(_cells(row, columns) for row in rows),
+    )
+
+
+def record_grid(record: Any, columns: Sequence[Column], title: str | None) -> Grid:
+    """One record: a `field value` line per column."""
+    rows = tuple(((c.header, None), _cells(record, (c,))[0]) for c in columns)
+    return Grid(title=title, headers=None, justify=("left", "left"), rows=rows, record=True)
+
+
+def stdout_is_terminal() -> bool:
+    """Resolved per call, so output follows whatever sys.stdout is now (a terminal, a pipe, a test runner)."""
+    return sys.stdout.isatty()
+
+
+def colour_allowed() -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    return stdout_is_terminal() and not os.environ.get("NO_COLOR")
+
+
+def print_grids(grids: Sequence[Grid]) -> None:
+    """Draw tables: rich's on a terminal, plain whitespace-aligned text when piped."""
+    if not grids:
         return
-    # Piped: plain text, one row per line, without the padding rich leaves at line ends.
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=PIPE_WIDTH, highlight=False, emoji=False, color_system=None)
-    for table in tables:
-        console.print(table)
-    sys.stdout.write("".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines()))
+    if stdout_is_terminal():
+        console = terminal_console()
+        for grid in grids:
+            console.print(_rich_table(grid))
+        return
+    blocks = [plain_table(grid) for grid in grids]
+    sys.stdout.write("\n".join(blocks))
+    sys.stdout.flush()
 
 
-def _cell(value: object) -> Text:
-    # Text, not a markup string: a task named "[exp] 训练" must print as written.
-    return Text(NONE if value is None or value == "" else str(value))
+def terminal_console() -> Console:
+    """A rich console on the terminal; colourless under NO_COLOR."""
+    return Console(
+        file=sys.stdout,
+        highlight=False,
+        emoji=False,
+        no_color=bool(os.environ.get("NO_COLOR")),
+        color_system="auto" if colour_allowed() else None,
+    )
 
 
-def _rows_table(rows: Sequence[BaseModel], columns: Sequence[Column], title: str | None) -> Table:
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for column in columns:
-        table.add_column(column.header, justify=column.justify, overflow="fold")
-    for row in rows:
-        table.add_row(*(_cell(column.cell(row)) for column in columns))
+def _rich_table(grid: Grid) -> Table:
+    table = Table(
+        title=grid.title,
+        title_justify="left",
+        title_style="bold",
+        show_header=grid.headers is not None,
+        header_style="bold",
+        box=None if grid.record else box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+    )
+    for i, justify in enumerate(grid.justify):
+        header = grid.headers[i] if grid.headers else ""
+        style = "bold" if grid.record and i == 0 else None
+        table.add_column(header, justify=justify, overflow="fold", style=style)  # type: ignore[arg-type]
+    for row in grid.rows:
+        # Text, not a markup string: a task named "[exp] 训练" must print as written.
+        table.add_row(*(Text(text, style=style or "") for text, style in row))
     return table
 
 
-def _record_table(record: BaseModel, columns: Sequence[Column], title: str | None) -> Table:
-    table = Table(title=title, title_justify="left", show_header=False, show_edge=False, pad_edge=False)
-    table.add_column("field", style="bold")
-    table.add_column("value", overflow="fold")
-    for column in columns:
-        table.add_row(column.header, _cell(column.cell(record)))
-    return table
+def plain_table(grid: Grid) -> str:
+    """Columns aligned with spaces (two between columns), no box characters, no colour, no trailing blanks."""
+    lines = [list(grid.headers)] if grid.headers is not None else []
+    lines += [[text for text, _ in row] for row in grid.rows]
+    widths = [max((cell_len(line[i]) for line in lines), default=0) for i in range(len(grid.justify))]
+    out = [grid.title] if grid.title else []
+    for line in lines:
+        cells = []
+        for text, width, justify in zip(line, widths, grid.justify, strict=True):
+            pad = " " * (width - cell_len(text))
+            cells.append(pad + text if justify == "right" else text + pad)
+        out.append("  ".join(cells).rstrip())
+    return "".join(line + "\n" for line in out)
+
+
+# ---- YAML -----------------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _yaml_scalar(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    # A JSON string is a valid YAML double-quoted scalar, so nothing can be misread (yes, 0755, 1e3).
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _yaml_key(key: str) -> str:
+    return (
+        key if _PLAIN_KEY.match(key) and key not in ("null", "true", "false", "y", "n") else _yaml_scalar(key)
+    )
+
+
+def _yaml_lines(value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    if isinstance(value, dict):
+        if not value:
+            return [pad + "{}"]
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                lines.append(f"{pad}{_yaml_key(str(key))}:")
+                lines += _yaml_lines(item, indent + 2)
+            else:
+                lines.append(f"{pad}{_yaml_key(str(key))}: {_yaml_lines(item, 0)[0]}")
+        return lines
+    if isinstance(value, list):
+        if not value:
+            return [pad + "[]"]
+        lines = []
+        for item in value:
+            nested = _yaml_lines(item, indent + 2)
+            lines.append(f"{pad}- {nested[0].lstrip()}")
+            lines += nested[1:]
+        return lines
+    return [pad + _yaml_scalar(value)]
+
+
+def to_yaml(payload: Any) -> str:
+    """JSON-shaped data as block YAML with every string double-quoted; no dependency beyond the stdlib."""
+    return "\n".join(_yaml_lines(payload, 0))
+
+
+# ---- cell formatters ------------------------------------------------------------------------
+
+
+def state_style(state: str) -> str | None:
+    """The colour of a job state on a terminal."""
+    return STATE_STYLES.get(state)
 
 
 def when(moment: datetime | None) -> str | None:
     """A timestamp in the reader's local time, to the second."""
     if moment is None:
         return None
-    if moment.tzinfo is None:
-        # The API speaks UTC; a store that drops the zone still means UTC.
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return _aware(moment).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _aware(moment: datetime) -> datetime:
+    # The API speaks UTC; a store that drops the zone still means UTC.
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def age(moment: datetime | None, now: datetime) -> str | None:
+    """How long ago, as kubectl prints AGE: `45s`, `12m`, `3h20m`, `2d4h`."""
+    if moment is None:
+        return None
+    seconds = max(int((now - _aware(moment)).total_seconds()), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        hours, minutes = divmod(seconds // 60, 60)
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    days, hours = divmod(seconds // 3600, 24)
+    return f"{days}d{hours}h" if hours else f"{days}d"
 
 
 def duration(seconds: float | None) -> str:

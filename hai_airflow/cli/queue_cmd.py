@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Annotated
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
-from hai_airflow.cli.output import Column, Section, emit, fail
-from hai_airflow.cli.task import gpus, priority
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.ids import complete_task_ids
+from hai_airflow.cli.output import Column, OutputFlags, Section, emit, fail, state_style
+from hai_airflow.cli.task import WatchOption, gpus, priority
+from hai_airflow.cli.watch import watch
+from hai_airflow.client import HaiClient, HaiError
+from hai_airflow.scheduling.eta import StartEstimate, start_estimate
 from hai_airflow.spec import JobView, QueueEntryView, QueueJobView
 
 
@@ -29,16 +36,50 @@ def user(job: QueueJobView, group: bool = False) -> str | None:
     return f"{job.user} (group {job.group})" if group else job.user
 
 
+def eta(estimate: StartEstimate | None) -> str | None:
+    """The shared start estimate in a cell: `now`, `~17:05` (a victim's grace period ends), `by 17:05`
+    (the max_schedule promise), or nothing when it depends on running jobs; local time, with the date
+    when it is not today."""
+    if estimate is None or estimate.kind == "unknown":
+        return None
+    if estimate.kind == "now" or estimate.at is None:
+        return "now"
+    local = estimate.at.astimezone()
+    moment = local.strftime("%H:%M" if local.date() == datetime.now().astimezone().date() else "%m-%d %H:%M")
+    return f"~{moment}" if estimate.kind == "grace" else f"by {moment}"
+
+
+def estimates(client: HaiClient, entries: list[QueueEntryView]) -> dict[int, StartEstimate]:
+    """Each entry's start estimate, from the one function the dashboard uses; a blocker the caller
+    may not see counts as unknown."""
+    blockers = {}
+    for blocker_id in sorted({e.waiting_behind for e in entries if e.waiting_behind is not None}):
+        try:
+            blockers[blocker_id] = client.job(blocker_id)
+        except HaiError as error:
+            if error.status not in (403, 404):
+                raise
+    return {
+        e.job.id: start_estimate(e, blockers.get(e.waiting_behind) if e.waiting_behind is not None else None)
+        for e in entries
+    }
+
+
+def queue_columns(etas: Mapping[int, StartEstimate]) -> tuple[Column, ...]:
+    """The queue's columns with each task's ETA."""
+    return (*QUEUE_COLUMNS[:8], Column("ETA", lambda e: eta(etas.get(e.job.id))), *QUEUE_COLUMNS[8:])
+
+
 QUEUE_COLUMNS = (
     Column("POS", lambda e: e.position, "right"),
     Column("TASK", lambda e: e.job.id, "right"),
     Column("NAME", lambda e: name(e.job)),
     Column("USER", lambda e: user(e.job)),
-    Column("STATE", lambda e: e.job.state),
+    Column("STATE", lambda e: e.job.state, style=lambda e: state_style(e.job.state)),
     Column("PRIORITY", lambda e: priority(e.job)),
     Column("GPUS", lambda e: gpus(e.job)),
     Column("WEIGHT", lambda e: f"{e.weight:.2f}", "right"),
-    Column("TERMS", terms),
+    Column("TERMS", terms, wide=True),
     Column("WAITS BECAUSE", lambda e: e.reason),
     Column("BEHIND", lambda e: e.waiting_behind, "right"),
 )
@@ -63,6 +104,7 @@ TERM_COLUMNS = (
 )
 
 
+@with_flags()
 def queue(
     explain: Annotated[
         int | None,
@@ -70,23 +112,37 @@ def queue(
             "--explain",
             metavar="TASK_ID",
             help="Explain one task's place: its weight term by term, why it waits, who it waits behind.",
+            autocompletion=complete_task_ids,
         ),
     ] = None,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    watch_: WatchOption = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
-    """Show the scheduler's queue: waiting tasks in the order they will start or resume."""
-    with connect(server) as client:
+    """Show the scheduler's queue: waiting tasks in the order they will start or resume, with the ETA
+    the dashboard shows."""
+
+    def draw(client: HaiClient) -> dict[int, str]:
         entries = client.queue()
         if explain is None:
-            emit(entries, QUEUE_COLUMNS, as_json=as_json, empty="the queue is empty: nothing waits")
-            return
+            columns = queue_columns(estimates(client, entries)) if not out.is_data else QUEUE_COLUMNS
+            emit(
+                entries, columns, out=out, empty="the queue is empty: nothing waits", name=lambda e: e.job.id
+            )
+            return {e.job.id: e.job.state for e in entries if isinstance(e.job, JobView)}
         entry = next((e for e in entries if e.job.id == explain), None)
         if entry is None:
             job = client.job(explain)
             fail(
                 f"task {explain} is not waiting in the queue (it is {job.state}). "
-                f"See `hai task --task-id {explain}` for its history"
+                f"See `hai task {explain}` for its history"
             )
-    sections = (Section("Weight terms", entry.terms, TERM_COLUMNS),)
-    emit(entry, EXPLAIN_COLUMNS, as_json=as_json, title=f"Task {explain} in the queue", sections=sections)
+        sections = (Section("Weight terms", entry.terms, TERM_COLUMNS),)
+        title = f"Task {explain} in the queue"
+        emit(entry, EXPLAIN_COLUMNS, out=out, title=title, sections=sections, name=lambda e: e.job.id)
+        return {entry.job.id: entry.job.state}
+
+    if watch_:
+        watch(connection, "hai queue", draw)
+    with connect(connection) as client:
+        draw(client)

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
-from hai_airflow.cli.output import Column, Section, emit, say, usage_error
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.output import Column, OutputFlags, Section, emit, say, usage_error
 from hai_airflow.spec import QuotaView
 
 app = typer.Typer(
@@ -51,24 +52,26 @@ USER_COLUMNS = (
 
 
 @app.callback(invoke_without_command=True)
+@with_flags()
 def quota(
     ctx: typer.Context,
     all_: Annotated[bool, typer.Option("--all", help="Every group you may see, one row each.")] = False,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
     """Your and your group's high-priority GPU quota, its use, and who uses it."""
     if ctx.invoked_subcommand is not None:
         return
-    with connect(server) as client:
+    with connect(connection) as client:
         if all_:
-            emit(client.quotas(), GROUP_COLUMNS, as_json=as_json, empty="no groups to show")
+            emit(client.quotas(), GROUP_COLUMNS, out=out, empty="no groups to show", name=lambda q: q.group)
             return
         view = client.quota()
-    _show(view, as_json)
+    _show(view, out)
 
 
 @app.command("set")
+@with_flags()
 def set_quota(
     user: Annotated[
         str | None, typer.Option("--user", metavar="TEXT", help="Set this member's quota (group admins).")
@@ -86,8 +89,8 @@ def set_quota(
             help="Remove the limit instead: a user then shares the group's quota; a group becomes unlimited.",
         ),
     ] = False,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
     """Set a user's (group admin) or a group's (platform admin) high-priority GPU quota."""
     if (user is None) == (group is None):
@@ -96,7 +99,7 @@ def set_quota(
         usage_error("give exactly one of --gpus N and --clear. See `hai quota set --help`")
     if gpus is not None and gpus < 0:
         usage_error("--gpus must be 0 or more. Use --clear to remove the limit")
-    with connect(server) as client:
+    with connect(connection) as client:
         if user is not None:
             view = client.set_user_quota(user, gpus)
             target = f"user {user}"
@@ -104,8 +107,8 @@ def set_quota(
             assert group is not None
             view = client.set_group_quota(group, gpus)
             target = f"group {group}"
-    if as_json:
-        emit(view, QUOTA_COLUMNS, as_json=True)
+    if out.format not in ("table", "wide"):
+        emit(view, QUOTA_COLUMNS, out=out, name=lambda q: q.group)
     elif gpus is not None:
         say(f"set the high-priority quota of {target} to {gpus} GPUs")
     elif user is not None:
@@ -114,6 +117,6 @@ def set_quota(
         say(f"removed the quota of {target}; it is unlimited")
 
 
-def _show(view: QuotaView, as_json: bool) -> None:
+def _show(view: QuotaView, out: OutputFlags) -> None:
     users = Section("Who uses it", view.users, USER_COLUMNS)
-    emit(view, QUOTA_COLUMNS, as_json=as_json, title="High-priority quota", sections=(users,))
+    emit(view, QUOTA_COLUMNS, out=out, title="High-priority quota", sections=(users,), name=lambda q: q.group)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
-from hai_airflow.cli.output import Column, emit
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.output import Column, OutputFlags, emit
 
 PACKAGE_COLUMNS = (
     Column("ID", lambda p: p.id, "right"),
@@ -16,8 +17,9 @@ PACKAGE_COLUMNS = (
 )
 
 
-def res(server: ServerOption = None, as_json: JsonOption = False) -> None:
+@with_flags()
+def res(connection: ServerFlags = ServerFlags(), out: OutputFlags = OutputFlags()) -> None:
     """List the resource packages (列出资源套餐); use an ID with --resource-pkg."""
-    with connect(server) as client:
+    with connect(connection) as client:
         packages = client.resource_packages()
-    emit(packages, PACKAGE_COLUMNS, as_json=as_json, empty="the server offers no resource packages")
+    emit(packages, PACKAGE_COLUMNS, out=out, empty="the server offers no resource packages")

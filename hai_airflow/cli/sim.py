@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from hai_airflow.cli.output import NONE, PIPE_WIDTH, Column, duration, emit, fail, usage_error
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.output import (
+    NONE,
+    Column,
+    Grid,
+    OutputFlags,
+    duration,
+    emit,
+    fail,
+    print_grids,
+    stdout_is_terminal,
+    usage_error,
+)
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.sim import (
     DEFAULT_CHECKPOINT_INTERVAL,
@@ -65,17 +78,56 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
-def _side_by_side(summaries: Sequence[SimSummary]) -> None:
+def _side_by_side(summaries: Sequence[SimSummary], headers: bool) -> None:
     """One column per policy, so figures of the same trace line up for comparison."""
-    table = Table(show_edge=False, pad_edge=False)
-    table.add_column("figure", style="bold")
-    for summary in summaries:
-        table.add_column(summary.policy, justify="right")
-    for column in COLUMNS[1:]:
-        cells = (column.cell(s) for s in summaries)
-        table.add_row(column.header, *(Text(NONE if c is None else str(c)) for c in cells))
-    width = None if sys.stdout.isatty() else PIPE_WIDTH
-    Console(file=sys.stdout, width=width, highlight=False, emoji=False).print(table)
+    rows = tuple(
+        ((column.header, None), *((NONE if c is None else str(c), None) for c in map(column.cell, summaries)))
+        for column in COLUMNS[1:]
+    )
+    grid = Grid(
+        title=None,
+        headers=("figure", *(s.policy for s in summaries)) if headers else None,
+        justify=("left", *("right" for _ in summaries)),
+        rows=rows,
+    )
+    print_grids([grid])
+
+
+PROGRESS_EVERY = 0.1
+"""Seconds of wall time between progress bar updates, so drawing never slows the replay."""
+
+Progress_ = Callable[[float, int], None]
+"""Reports the simulated time and the jobs finished of one replay."""
+
+
+@contextmanager
+def progress_bars(policies: Sequence[str], jobs: int, out: OutputFlags) -> Iterator[dict[str, Progress_]]:
+    """One bar per policy (jobs finished, simulated time reached) on a terminal; none piped or for data."""
+    if out.is_data or not (stdout_is_terminal() and sys.stderr.isatty()):
+        yield {}
+        return
+    bars = Progress(
+        TextColumn("{task.description:<16}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("jobs finished, simulated {task.fields[simulated]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    with bars:
+        updates: dict[str, Progress_] = {}
+        for policy in policies:
+            task = bars.add_task(policy, total=jobs, simulated=duration(0))
+            last = [0.0]
+
+            def update(now: float, finished: int, task: object = task, last: list[float] = last) -> None:
+                if time.monotonic() - last[0] >= PROGRESS_EVERY or finished == jobs:
+                    last[0] = time.monotonic()
+                    bars.update(task, completed=finished, simulated=duration(now))  # type: ignore[arg-type]
+
+            updates[policy] = update
+        yield updates
 
 
 def _policies(policy: str, compare: str | None) -> list[str]:
@@ -89,6 +141,7 @@ def _policies(policy: str, compare: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+@with_flags()
 def sim(
     nodes: Annotated[
         Path,
@@ -152,10 +205,7 @@ def sim(
             show_default=False,
         ),
     ] = None,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="Print JSON keyed by figure name instead of a table (for programs)."),
-    ] = False,
+    out: OutputFlags = OutputFlags(),
 ) -> None:
     """Replay a job trace through the scheduler on a virtual clock and report what happened."""
     names = _policies(policy, compare)
@@ -164,15 +214,21 @@ def sim(
     except TraceError as error:
         usage_error(f"{error}. Fix the file and run again")
     summaries: list[SimSummary] = []
-    for name in names:
-        try:
-            run = simulate(trace, name, checkpoint_interval, suspend_delay, cycle_interval)
-        except SimulationError as error:
-            fail(f"the simulation under policy {name!r} stopped: {error}. Report this as a planner bug", 1)
-        summaries.append(summarize(run))
+    with progress_bars(names, len(trace.jobs), out) as bars:
+        for name in names:
+            try:
+                run = simulate(
+                    trace, name, checkpoint_interval, suspend_delay, cycle_interval, bars.get(name)
+                )
+            except SimulationError as error:
+                fail(
+                    f"the simulation under policy {name!r} stopped: {error}. Report this as a planner bug", 1
+                )
+            summaries.append(summarize(run))
     if compare is None:
-        emit(summaries[0], COLUMNS, as_json=as_json, title=f"hai sim: {len(trace.jobs)} jobs")
-    elif as_json:
-        emit(summaries, COLUMNS, as_json=True)
+        title = f"hai sim: {len(trace.jobs)} jobs"
+        emit(summaries[0], COLUMNS, out=out, title=title, name=lambda s: s.policy)
+    elif out.format not in ("table", "wide"):
+        emit(summaries, COLUMNS, out=out, name=lambda s: s.policy)
     else:
-        _side_by_side(summaries)
+        _side_by_side(summaries, headers=not out.no_headers)

@@ -3,37 +3,29 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
+from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.create import submit_and_report
-from hai_airflow.cli.jobspec import (
-    ClientKeyOption,
-    CodeSrcOption,
-    ElasticOption,
-    EnvOption,
-    GitBranchOption,
-    GraceOption,
-    MaxScheduleOption,
-    ModelDirOption,
-    ModelIdOption,
-    ProjectIdOption,
-    ProjectStorageOption,
-    ShmOption,
-    build_spec,
-    join_command,
-    parse_env,
-)
-from hai_airflow.cli.output import usage_error
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.jobspec import ElasticFlags, JobFlags, SubmitFlags, build_spec, join_command
+from hai_airflow.cli.output import OutputFlags, help_without_subcommand, usage_error
 from hai_airflow.spec import ResourcePackageView
 
 app = typer.Typer(
     help="Submit a job in the short form: give GPUs and GPU type, hai picks the resource package.",
     rich_markup_mode=None,
-    no_args_is_help=True,
+    invoke_without_command=True,
 )
+
+
+@app.callback()
+def submit_group(ctx: typer.Context) -> None:
+    """Submit a job in the short form: give GPUs and GPU type, hai picks the resource package."""
+    help_without_subcommand(ctx)
+
 
 SUBMIT_FLAGS = {
     "task_name": "--name",
@@ -107,41 +99,8 @@ def _package_for(
     return package
 
 
-def _common(
-    name: str,
-    code_dir: str,
-    command: list[str],
-    max_schedule: int,
-    code_src: str,
-    git_branch: str | None,
-    model_dir: str | None,
-    project_storage: str | None,
-    shm: int | None,
-    elastic: bool,
-    grace: int | None,
-    env: list[str] | None,
-    model_id: int | None,
-    project_id: int | None,
-) -> dict[str, Any]:
-    return {
-        "task_name": name,
-        "code_path": code_dir,
-        "cmd": join_command(command),
-        "max_schedule": max_schedule,
-        "code_src": code_src,
-        "git_branch": git_branch,
-        "model_dir": model_dir,
-        "project_storage": project_storage,
-        "shm": shm,
-        "elastic": elastic,
-        "grace_seconds": grace,
-        "env": parse_env(env),
-        "model_id": model_id,
-        "project_id": project_id,
-    }
-
-
 @app.command()
+@with_flags()
 def standalone(
     name: NameOption,
     code_dir: CodeDirOption,
@@ -149,20 +108,11 @@ def standalone(
     gpus: Annotated[int, typer.Option("--gpus", metavar="INTEGER", help="GPUs on one machine.")] = 1,
     gpu_type: SubmitGpuTypeOption = None,
     worker_image: WorkerImageOption = None,
-    max_schedule: MaxScheduleOption = 0,
-    code_src: CodeSrcOption = "nas",
-    git_branch: GitBranchOption = None,
-    model_dir: ModelDirOption = None,
-    project_storage: ProjectStorageOption = None,
-    shm: ShmOption = None,
-    elastic: ElasticOption = False,
-    grace: GraceOption = None,
-    env: EnvOption = None,
-    model_id: ModelIdOption = None,
-    project_id: ProjectIdOption = None,
-    client_key: ClientKeyOption = None,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    job: JobFlags = JobFlags(),
+    elastic: ElasticFlags = ElasticFlags(),
+    submit: SubmitFlags = SubmitFlags(),
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
     """Single-machine training on --gpus GPUs of --gpu-type. Prints `created task ID`.
 
@@ -171,21 +121,19 @@ def standalone(
     hai submit standalone --name=gpu-job --gpus=1 --worker-image=tensorflow/tensorflow:1.5.0-devel-gpu
     --gpu-type=p100 --code-dir=/workspace/cpfs-data/tensorflow-sample-code "python3 train.py"
     """
-    fields = _common(
-        name, code_dir, command, max_schedule, code_src, git_branch, model_dir,
-        project_storage, shm, elastic, grace, env, model_id, project_id,
-    )  # fmt: skip
-    fields |= {"image": worker_image, "resource_pkg": PLACEHOLDER_PACKAGE}
+    fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
+    fields |= {**elastic.fields(), "image": worker_image, "resource_pkg": PLACEHOLDER_PACKAGE}
     # Checked before asking the server, so a bad flag is reported as such even when it is down.
     build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
-    with connect(server) as client:
+    with connect(connection) as client:
         package = _package_for(client.resource_packages(), gpus, gpu_type)
     fields |= {"resource_pkg": package.id, "gpu_type": package.gpu_type}
     spec = build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
-    submit_and_report(spec, client_key, server, as_json)
+    submit_and_report(spec, submit, connection, out)
 
 
 @app.command()
+@with_flags()
 def distributed(
     name: NameOption,
     code_dir: CodeDirOption,
@@ -208,41 +156,31 @@ def distributed(
             help="Image of every worker; it must have Horovod. Default: local (no container).",
         ),
     ] = None,
-    max_schedule: MaxScheduleOption = 0,
-    code_src: CodeSrcOption = "nas",
-    git_branch: GitBranchOption = None,
-    model_dir: ModelDirOption = None,
-    project_storage: ProjectStorageOption = None,
-    shm: ShmOption = None,
-    elastic: ElasticOption = False,
-    grace: GraceOption = None,
-    env: EnvOption = None,
-    model_id: ModelIdOption = None,
-    project_id: ProjectIdOption = None,
-    client_key: ClientKeyOption = None,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    job: JobFlags = JobFlags(),
+    elastic: ElasticFlags = ElasticFlags(),
+    submit: SubmitFlags = SubmitFlags(),
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
     """Multi-machine Horovod training: --workers workers of --gpus GPUs each. Prints `created task ID`."""
-    fields = _common(
-        name, code_dir, command, max_schedule, code_src, git_branch, model_dir,
-        project_storage, shm, elastic, grace, env, model_id, project_id,
-    )  # fmt: skip
+    fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
     fields |= {
+        **elastic.fields(),
         "image": worker_image,
         "worker_image": worker_image,
         "workers": workers,
         "worker_resource_pkg": PLACEHOLDER_PACKAGE,
     }
     build_spec("distributed", fields, SUBMIT_FLAGS, "submit distributed")
-    with connect(server) as client:
+    with connect(connection) as client:
         package = _package_for(client.resource_packages(), gpus, gpu_type)
     fields |= {"worker_resource_pkg": package.id, "gpu_type": package.gpu_type}
     spec = build_spec("distributed", fields, SUBMIT_FLAGS, "submit distributed")
-    submit_and_report(spec, client_key, server, as_json)
+    submit_and_report(spec, submit, connection, out)
 
 
 @app.command()
+@with_flags()
 def cpu(
     name: NameOption,
     code_dir: CodeDirOption,
@@ -253,24 +191,13 @@ def cpu(
         str | None,
         typer.Option("--image", metavar="TEXT", help="Docker image. Default: local (no container)."),
     ] = None,
-    max_schedule: MaxScheduleOption = 0,
-    code_src: CodeSrcOption = "nas",
-    git_branch: GitBranchOption = None,
-    model_dir: ModelDirOption = None,
-    project_storage: ProjectStorageOption = None,
-    shm: ShmOption = None,
-    env: EnvOption = None,
-    model_id: ModelIdOption = None,
-    project_id: ProjectIdOption = None,
-    client_key: ClientKeyOption = None,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    job: JobFlags = JobFlags(),
+    submit: SubmitFlags = SubmitFlags(),
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
-    """A CPU stage (e.g. preprocessing) that holds no GPU; its command may end by submitting the GPU stage."""
-    fields = _common(
-        name, code_dir, command, max_schedule, code_src, git_branch, model_dir,
-        project_storage, shm, False, None, env, model_id, project_id,
-    )  # fmt: skip
+    """A CPU stage, such as preprocessing, that holds no GPU; it may end by submitting the GPU stage."""
+    fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
     fields |= {"image": image, "cpus": cpus, "memory_gb": memory}
     spec = build_spec("cpu", fields, CPU_FLAGS, "submit cpu")
-    submit_and_report(spec, client_key, server, as_json)
+    submit_and_report(spec, submit, connection, out)

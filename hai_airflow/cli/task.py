@@ -1,18 +1,38 @@
-"""`hai task`: the caller's tasks (jobs) and their state, or one task in detail with its events."""
+"""`hai task`: the caller's tasks (jobs) and their state, or tasks in detail with their events."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
-from hai_airflow.cli.connection import JsonOption, ServerOption, connect
-from hai_airflow.cli.output import Column, Section, duration, emit, placement, when
-from hai_airflow.spec import EventView, JobDetailView, JobState, JobView
+from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.ids import StateOption, TaskIdArguments, TaskIdFlags, each
+from hai_airflow.cli.output import (
+    Column,
+    OutputFlags,
+    Section,
+    age,
+    duration,
+    emit,
+    placement,
+    state_style,
+    when,
+)
+from hai_airflow.cli.watch import watch
+from hai_airflow.client import HaiClient
+from hai_airflow.spec import TERMINAL_STATES, EventView, JobDetailView, JobView
 
-TaskIdOption = Annotated[
-    int,
-    typer.Option("--task-id", "--task_id", metavar="INTEGER", help="Task id, from `hai task`."),
+WatchOption = Annotated[
+    bool,
+    typer.Option(
+        "--watch",
+        "-w",
+        help="Keep the view on screen and redraw it whenever a task shown changes state (Ctrl-C stops).",
+    ),
 ]
 
 
@@ -31,24 +51,36 @@ def gpus(job: JobView) -> str:
     return text
 
 
-JOB_COLUMNS = (
-    Column("ID", lambda j: j.id, "right"),
-    Column("NAME", lambda j: j.task_name),
-    Column("MODE", lambda j: j.mode),
-    Column("PRIORITY", priority),
-    Column("STATE", lambda j: j.state),
-    Column("GPUS", gpus),
-    Column("RUNTIME", lambda j: duration(j.runtime_seconds), "right"),
-    Column("PREEMPTIONS", lambda j: j.preemptions, "right"),
-    Column("LATEST CHECKPOINT", lambda j: j.latest_checkpoint),
-)
+def job_columns(now: datetime, with_user: bool) -> tuple[Column, ...]:
+    """`hai task`'s columns; USER where the listing can span users, and always with -o wide."""
+    return (
+        Column("ID", lambda j: j.id, "right"),
+        Column("NAME", lambda j: j.task_name),
+        Column("USER", lambda j: j.user, wide=not with_user),
+        Column("GROUP", lambda j: j.group, wide=True),
+        Column("MODE", lambda j: j.mode),
+        Column("PRIORITY", priority),
+        Column("STATE", lambda j: j.state, style=lambda j: state_style(j.state)),
+        Column("GPUS", gpus),
+        Column("AGE", lambda j: age(j.submitted_at, now), "right"),
+        Column("SUBMITTED", lambda j: when(j.submitted_at), wide=True),
+        Column("RUNTIME", lambda j: duration(j.runtime_seconds), "right"),
+        Column("PREEMPTIONS", lambda j: j.preemptions, "right"),
+        Column("PLACEMENT", lambda j: placement(j.placement), wide=True),
+        Column("LATEST CHECKPOINT", lambda j: j.latest_checkpoint),
+        Column("REASON", lambda j: j.reason, wide=True),
+    )
+
+
+JOB_COLUMNS = job_columns(datetime.now(UTC), with_user=False)
+"""The columns of one job (for commands that print a job they acted on)."""
 
 JOB_DETAIL_COLUMNS = (
     Column("id", lambda j: j.id),
     Column("name", lambda j: j.task_name),
     Column("user", lambda j: f"{j.user} (group {j.group})"),
     Column("mode", lambda j: j.mode),
-    Column("state", lambda j: j.state),
+    Column("state", lambda j: j.state, style=lambda j: state_style(j.state)),
     Column("reason", lambda j: j.reason),
     Column("priority", priority),
     Column("gpus", gpus),
@@ -82,47 +114,51 @@ def transition(event: EventView) -> str | None:
     return event.to_state
 
 
+@with_flags()
 def task(
-    task_id: Annotated[
-        int | None,
-        typer.Option(
-            "--task-id",
-            "--task_id",
-            metavar="INTEGER",
-            help="Show this one task in detail: placement, why it waits, and its events.",
-        ),
-    ] = None,
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
     all_: Annotated[
         bool, typer.Option("--all", help="Every task of your group (all groups for platform admins).")
     ] = False,
-    state_filter: Annotated[
-        JobState | None,
-        typer.Option(
-            "--state",
-            metavar="STATE",
-            case_sensitive=False,
-            help="Only tasks in this state, e.g. RUNNING, PENDING, SUSPENDED.",
-        ),
-    ] = None,
+    state_filter: StateOption = None,
     user: Annotated[
         str | None, typer.Option("--user", metavar="TEXT", help="Only this user's tasks (admins).")
     ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", metavar="INTEGER", help="At most this many tasks, newest first.")
     ] = None,
-    server: ServerOption = None,
-    as_json: JsonOption = False,
+    watch_: WatchOption = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
 ) -> None:
-    """List your training tasks and their status (列出训练任务列表和状态)."""
-    with connect(server) as client:
-        if task_id is not None:
-            show_task(client.job(task_id), as_json)
-            return
+    """List your training tasks and their status (列出训练任务列表和状态); `hai task 42`: one in detail."""
+    chosen = list(dict.fromkeys([*(ids or ()), *(task_id or ())]))
+
+    def draw(client: HaiClient) -> dict[int, str] | None:
+        if chosen:
+            shown, code = each(chosen, client.job)
+            show_tasks(shown, out, several=len(chosen) > 1)
+            if code:
+                raise typer.Exit(code)
+            return {j.id: j.state for j in shown if j.state not in TERMINAL_STATES} or None
         jobs = client.jobs(user=user, state=state_filter, all=all_, limit=limit)
-    emit(jobs, JOB_COLUMNS, as_json=as_json, empty="no tasks; submit one with `hai create` or `hai submit`")
+        columns = job_columns(datetime.now(UTC), with_user=all_ or user is not None)
+        emit(jobs, columns, out=out, empty="no tasks; submit one with `hai create` or `hai submit`")
+        return {j.id: j.state for j in jobs if j.state not in TERMINAL_STATES}
+
+    if watch_:
+        watch(connection, "hai task", draw)
+    with connect(connection) as client:
+        draw(client)
 
 
-def show_task(job: JobDetailView, as_json: bool) -> None:
-    """One task as a record, followed by its events."""
-    events = Section("Events", job.events, EVENT_COLUMNS)
-    emit(job, JOB_DETAIL_COLUMNS, as_json=as_json, title=f"Task {job.id}", sections=(events,))
+def show_tasks(jobs: Sequence[JobDetailView], out: OutputFlags, several: bool) -> None:
+    """Tasks as records, each followed by its events; as data, one object (or a list for several ids)."""
+    if out.is_data or out.format == "name":
+        if jobs:
+            emit(list(jobs) if several else jobs[0], JOB_DETAIL_COLUMNS, out=out)
+        return
+    for job in jobs:
+        events = Section("Events", job.events, EVENT_COLUMNS)
+        emit(job, JOB_DETAIL_COLUMNS, out=out, title=f"Task {job.id}", sections=(events,))

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-
-from pydantic import TypeAdapter, ValidationError
+from datetime import datetime
 
 from hai_airflow.client import AsyncHaiClient, HaiError
 from hai_airflow.dashboard.formatting import clock
 from hai_airflow.dashboard.svg import Bar, NodeGrid, Timeline, job_timeline, node_grid, quota_bar
-from hai_airflow.scheduling.weight import deadline_at
+from hai_airflow.scheduling.eta import start_estimate
 from hai_airflow.spec import (
     TERMINAL_STATES,
     InstanceView,
     JobDetailView,
-    JobSpec,
     JobView,
     QueueEntryView,
     QuotaView,
@@ -25,7 +22,6 @@ from hai_airflow.spec import (
 UNFINISHED = "PENDING,STARTING,RUNNING,SUSPENDING,SUSPENDED"
 ACTIVE = "STARTING,RUNNING,SUSPENDING"
 LOG_TAIL_LINES = 200
-_SPEC: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 
 
 @dataclass(frozen=True)
@@ -88,35 +84,15 @@ class JobPage:
         return self.job.state in TERMINAL_STATES
 
 
-def _grace_seconds(job: JobView) -> int:
-    try:
-        return _SPEC.validate_python(job.spec).effective_grace_seconds
-    except ValidationError:
-        return 0
-
-
-def _blocker_free_at(blocker: JobDetailView) -> datetime | None:
-    """A job that is being suspended frees its GPUs at the latest when its grace period ends."""
-    if blocker.state != "SUSPENDING":
-        return None
-    asked = [e.at for e in blocker.events if e.kind == "suspending"]
-    return max(asked) + timedelta(seconds=_grace_seconds(blocker)) if asked else None
+ETA_TEXT = {"now": "now", "grace": "≈ {}", "promise": "by {}", "unknown": "—"}
+"""How each kind of start estimate reads on the page."""
 
 
 def _eta(entry: QueueEntryView, blockers: dict[int, JobDetailView]) -> tuple[str, str]:
-    """When the job should start, where that can be known: admitted now, after a victim's grace
-    period, or (high priority) the max_schedule promise; otherwise it depends on running jobs."""
-    if entry.reason.startswith("starting"):
-        return "now", "admitted in the current scheduling cycle"
+    """The shared start estimate (`scheduling.eta`, the one `hai queue` shows too) as page text."""
     blocker = blockers.get(entry.waiting_behind) if entry.waiting_behind is not None else None
-    free_at = _blocker_free_at(blocker) if blocker is not None else None
-    if free_at is not None and blocker is not None:
-        return f"≈ {clock(free_at)}", f"when job {blocker.id} has been suspended (grace period)"
-    if entry.job.max_schedule > 0:
-        promised = deadline_at(entry.job.submitted_at.timestamp(), entry.job.max_schedule)
-        target = datetime.fromtimestamp(promised, tz=entry.job.submitted_at.tzinfo or UTC)
-        return f"by {clock(target)}", f"max_schedule {entry.job.max_schedule} h"
-    return "—", "depends on when running jobs end"
+    estimate = start_estimate(entry, blocker)
+    return ETA_TEXT[estimate.kind].format(clock(estimate.at)), estimate.note
 
 
 async def _visible_job(client: AsyncHaiClient, job_id: int) -> JobDetailView | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hai_airflow.scheduling import high_priority_allowed, plan
@@ -94,6 +95,7 @@ class Simulator:
     :param checkpoint_interval: seconds of runtime between checkpoints.
     :param suspend_delay: seconds a suspended job keeps its GPUs (SUSPENDING) before they are free.
     :param cycle_interval: seconds between planner cycles; 0 = at every event time.
+    :param progress: called after each event time with the simulated time and the jobs finished so far.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class Simulator:
         checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
         suspend_delay: float = 0.0,
         cycle_interval: float = 0.0,
+        progress: Callable[[float, int], None] | None = None,
     ):
         if min(checkpoint_interval, suspend_delay, cycle_interval) < 0:
             raise ValueError("checkpoint_interval, suspend_delay and cycle_interval must be >= 0")
@@ -111,6 +114,8 @@ class Simulator:
         self.checkpoint_interval = checkpoint_interval
         self.suspend_delay = suspend_delay
         self.cycle_interval = cycle_interval
+        self.progress = progress
+        self._finished = 0
         self._next_tick: float | None = None
         self._nodes = {n.name: n for n in trace.nodes}
         self._free: dict[str, set[int]] = {n.name: set(range(n.gpus)) for n in trace.nodes}
@@ -150,6 +155,8 @@ class Simulator:
                 else:
                     ticked = True
                     self._next_tick = None
+            if self.progress is not None:
+                self.progress(now, self._finished)
             if not self._waiting:
                 continue
             if self.cycle_interval > 0 and not ticked:
@@ -223,6 +230,7 @@ class Simulator:
         if live is None or live.generation != generation or live.state != "RUNNING":
             return
         live.out.finished_at = now
+        self._finished += 1
         self._free_gpus(live, now)
         self._forget(job_id)
 
@@ -390,6 +398,7 @@ def simulate(
     checkpoint_interval: float = DEFAULT_CHECKPOINT_INTERVAL,
     suspend_delay: float = 0.0,
     cycle_interval: float = 0.0,
+    progress: Callable[[float, int], None] | None = None,
 ) -> SimRun:
     """Replay `trace` under `policy` until every job has finished or can go no further."""
-    return Simulator(trace, policy, checkpoint_interval, suspend_delay, cycle_interval).run()
+    return Simulator(trace, policy, checkpoint_interval, suspend_delay, cycle_interval, progress).run()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from hai_airflow.cli.output import Column, Section, duration, emit, gpu_list, placement, when
+from hai_airflow.cli.output import JSON, Column, Section, duration, emit, gpu_list, placement, when
 from hai_airflow.spec import QuotaUsageView, QuotaView, WorkerPlacementView
 
 
@@ -70,7 +70,7 @@ COLUMNS = (Column("GROUP HEADER", lambda q: q.group), Column("USED", lambda q: q
 
 
 def test_json_keys_are_api_field_names_not_headers(capsys: pytest.CaptureFixture[str]) -> None:
-    emit([QUOTA], COLUMNS, as_json=True)
+    emit([QUOTA], COLUMNS, out=JSON)
     out = capsys.readouterr()
     rows = json.loads(out.out)
     assert rows == [QUOTA.model_dump(mode="json")]
@@ -80,7 +80,7 @@ def test_json_keys_are_api_field_names_not_headers(capsys: pytest.CaptureFixture
 
 def test_one_record_as_json_is_an_object_with_nested_sections(capsys: pytest.CaptureFixture[str]) -> None:
     users = Section("Who", QUOTA.users, (Column("USER", lambda u: u.user),))
-    emit(QUOTA, COLUMNS, as_json=True, sections=(users,))
+    emit(QUOTA, COLUMNS, out=JSON, sections=(users,))
     data = json.loads(capsys.readouterr().out)
     assert data["group"] == "视觉组"
     assert data["users"] == [u.model_dump(mode="json") for u in QUOTA.users]
@@ -88,7 +88,7 @@ def test_one_record_as_json_is_an_object_with_nested_sections(capsys: pytest.Cap
 
 
 def test_table_goes_to_stdout_one_row_per_line(capsys: pytest.CaptureFixture[str]) -> None:
-    emit([QUOTA, QUOTA.model_copy(update={"group": "[red]nlp[/red]"})], COLUMNS, as_json=False)
+    emit([QUOTA, QUOTA.model_copy(update={"group": "[red]nlp[/red]"})], COLUMNS)
     out = capsys.readouterr()
     lines = out.out.splitlines()
     assert "GROUP HEADER" in lines[0]
@@ -99,9 +99,9 @@ def test_table_goes_to_stdout_one_row_per_line(capsys: pytest.CaptureFixture[str
 
 
 def test_empty_listing_says_so_on_stderr_and_prints_no_data(capsys: pytest.CaptureFixture[str]) -> None:
-    emit([], COLUMNS, as_json=False, empty="no tasks yet")
+    emit([], COLUMNS, empty="no tasks yet")
     out = capsys.readouterr()
     assert out.out == ""
     assert out.err.strip() == "no tasks yet"
-    emit([], COLUMNS, as_json=True)
+    emit([], COLUMNS, out=JSON)
     assert json.loads(capsys.readouterr().out) == []

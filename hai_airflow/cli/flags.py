@@ -1,0 +1,92 @@
+"""Flag groups: options several commands share, declared once as a dataclass, expanded into each command."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _is_group(annotation: object) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def _field_parameters(group: type) -> list[inspect.Parameter]:
+    hints = typing.get_type_hints(group, include_extras=True)
+    parameters = []
+    for field in dataclasses.fields(group):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        parameters.append(
+            inspect.Parameter(
+                field.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=hints[field.name]
+            )
+        )
+    return parameters
+
+
+def with_flags(order: Sequence[str] = ()) -> Callable[[F], F]:
+    """Expand every parameter typed as a flag-group dataclass into that group's options.
+
+    The command then receives one instance of the group: `def create(..., job: JobFlags)` gets
+    `--max-schedule`, `--shm`, ... in its help and a `JobFlags` at run time. `order` lists parameter
+    names to show first, in that order (e.g. the platform document's flag order); the rest follow
+    in declaration order.
+    """
+
+    def expand(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        parameters: list[inspect.Parameter] = []
+        groups: dict[str, tuple[type, tuple[str, ...]]] = {}
+        for parameter in signature.parameters.values():
+            if _is_group(parameter.annotation):
+                fields = _field_parameters(parameter.annotation)
+                groups[parameter.name] = (parameter.annotation, tuple(f.name for f in fields))
+                parameters += fields
+            else:
+                parameters.append(parameter.replace(kind=inspect.Parameter.KEYWORD_ONLY))
+        rank = {name: i for i, name in enumerate(order)}
+        parameters.sort(key=lambda p: rank.get(p.name, len(rank)))
+        names = [p.name for p in parameters]
+        if len(set(names)) != len(names):
+            raise TypeError(f"{func.__name__}: a flag group repeats a parameter name ({names})")
+
+        @functools.wraps(func)
+        def command(**values: Any) -> Any:
+            for name, (group, fields) in groups.items():
+                values[name] = group(**{field: values.pop(field) for field in fields})
+            return func(**values)
+
+        command.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in parameters}
+        return command  # type: ignore[return-value]
+
+    return expand
+
+
+def choice(*choices: str, upper: bool = False) -> Callable[[str], str]:
+    """A parameter type for one of `choices`, in any case; the refusal lists them as the user types them."""
+    canonical = {c.casefold(): c for c in choices}
+
+    def parse(value: str) -> str:
+        found = canonical.get(str(value).casefold())
+        if found is None:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+        return found.upper() if upper else found
+
+    return parse
+
+
+def completes(*choices: str) -> Callable[[str], list[str]]:
+    """Shell completion for a `choice` parameter."""
+
+    def complete(incomplete: str) -> list[str]:
+        return [c for c in choices if c.casefold().startswith(incomplete.casefold())]
+
+    return complete

@@ -1,0 +1,142 @@
+"""Task and instance ids as arguments or flags, several at once, completed from the server."""
+
+from __future__ import annotations
+
+import time
+import typing
+from collections.abc import Callable, Iterable, Sequence
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from hai_airflow.cli.connection import ServerFlags, client_for, exit_code_for
+from hai_airflow.cli.flags import choice, completes
+from hai_airflow.cli.output import error_line, usage_error
+from hai_airflow.client import HaiError
+from hai_airflow.spec import JobState
+
+COMPLETION_SECONDS = 2.0
+"""The most a completion may spend asking the server; a slow or absent server completes nothing."""
+
+COMPLETION_LIMIT = 50
+"""Completions offered at most: the newest tasks (or their instances)."""
+
+T = TypeVar("T")
+
+JOB_STATES: tuple[str, ...] = typing.get_args(JobState)
+
+
+def state_option(flag: str, help: str) -> Any:
+    """A job-state option: any case in, the API's upper case out, completed from the states."""
+    return typer.Option(
+        flag,
+        metavar="STATE",
+        parser=choice(*JOB_STATES, upper=True),
+        autocompletion=completes(*JOB_STATES),
+        help=help,
+        show_default=False,
+    )
+
+
+StateOption = Annotated[
+    str | None, state_option("--state", "Only tasks in this state, e.g. RUNNING or SUSPENDED (any case).")
+]
+
+
+def _completion_flags(ctx: typer.Context) -> ServerFlags:
+    """The connection flags typed so far on the command line, the command's over the root's."""
+    merged = ServerFlags()
+    chain = []
+    node: Any = ctx
+    while node is not None:
+        chain.append(node)
+        node = node.parent
+    for level in reversed(chain):
+        given = {k: level.params.get(k) for k in ("server", "token", "region")}
+        merged = ServerFlags(**{k: v for k, v in given.items() if v is not None}).over(merged)
+    return merged
+
+
+def complete_task_ids(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """Your newest task ids, each with its state and name; nothing if the server does not answer in time."""
+    try:
+        with client_for(_completion_flags(ctx), timeout=COMPLETION_SECONDS) as client:
+            jobs = client.jobs(limit=COMPLETION_LIMIT)
+    except Exception:
+        # Completion runs inside the user's shell: any failure must stay silent.
+        return []
+    return [(str(j.id), f"{j.state} {j.task_name}") for j in jobs if str(j.id).startswith(incomplete)]
+
+
+def complete_instance_ids(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """Instance ids of your newest tasks, newest first, within the completion's time budget."""
+    deadline = time.monotonic() + COMPLETION_SECONDS
+    found: list[tuple[str, str]] = []
+    try:
+        with client_for(_completion_flags(ctx), timeout=COMPLETION_SECONDS) as client:
+            for job in client.jobs(limit=COMPLETION_LIMIT):
+                if job.instances == 0:
+                    continue
+                if time.monotonic() > deadline or len(found) >= COMPLETION_LIMIT:
+                    break
+                for run in reversed(client.instances(job.id)):
+                    found.append((str(run.id), f"task {job.id} {job.task_name}"))
+    except Exception:
+        return found
+    return [(value, text) for value, text in found if value.startswith(incomplete)]
+
+
+TaskIdArguments = Annotated[
+    list[int] | None,
+    typer.Argument(
+        metavar="TASK_ID",
+        help="Task ids, from `hai task` (or use --task-id).",
+        autocompletion=complete_task_ids,
+        show_default=False,
+    ),
+]
+TaskIdFlags = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--task-id",
+        "--task_id",
+        metavar="INTEGER",
+        help="Task id, as the platform document writes it; repeatable.",
+        autocompletion=complete_task_ids,
+        show_default=False,
+    ),
+]
+InstanceIdArgument = Annotated[
+    int | None,
+    typer.Argument(
+        metavar="INSTANCE_ID",
+        help="Instance id, from `hai instance` (or use --instance-id).",
+        autocompletion=complete_instance_ids,
+        show_default=False,
+    ),
+]
+
+
+def task_ids(arguments: Sequence[int] | None, flags: Sequence[int] | None, command: str) -> list[int]:
+    """The ids given either way, in order, each once; none at all is bad usage."""
+    ids = list(dict.fromkeys([*(arguments or ()), *(flags or ())]))
+    if not ids:
+        usage_error(f"give a task id, as in `hai {command} 42` or --task-id 42. See `hai {command} --help`")
+    return ids
+
+
+def each(ids: Iterable[int], act: Callable[[int], T]) -> tuple[list[T], int]:
+    """Act on every id in turn; a refusal prints its own `Error:` line and the rest still run.
+
+    Returns the results of the ids that worked and the exit code: 0 if all did, else the worst
+    refusal's (2 bad input, 1 refused or failed).
+    """
+    results: list[T] = []
+    code = 0
+    for job_id in ids:
+        try:
+            results.append(act(job_id))
+        except HaiError as error:
+            typer.echo(error_line(error.message), err=True)
+            code = max(code, exit_code_for(error))
+    return results, code

@@ -1,0 +1,72 @@
+"""`--watch`: redraw a view whenever one of the tasks it shows changes state, by long-poll, not by polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import NoReturn
+
+import typer
+
+from hai_airflow.cli.connection import ServerFlags, async_client_for, connect
+from hai_airflow.cli.output import stdout_is_terminal
+from hai_airflow.client import HaiClient
+
+REFRESH_SECONDS = 10.0
+"""The longest a view goes unredrawn: new tasks (which no long-poll can announce) appear within it."""
+
+WATCHED_AT_MOST = 50
+"""Long-polls held at once; a longer listing is redrawn on a change of its first tasks or on refresh."""
+
+CLEAR = "\x1b[H\x1b[2J"
+
+Draw = Callable[[HaiClient], Mapping[int, str] | None]
+"""Prints the view once and returns the tasks to watch (id -> state), or None when nothing can change."""
+
+
+async def _any_change(connection: ServerFlags, watched: Mapping[int, str], timeout: float) -> None:
+    """Return when any watched task leaves its state, or after `timeout` seconds.
+
+    A poll the server refuses (the task vanished from view) is no change; only the refresh redraws then.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with async_client_for(connection, timeout=timeout + 15) as client:
+        pending = {
+            asyncio.ensure_future(client.wait(job_id, since_state=state, timeout=timeout))
+            for job_id, state in list(watched.items())[:WATCHED_AT_MOST]
+        }
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(poll.exception() is None for poll in done):
+                    return
+            await asyncio.sleep(max(deadline - loop.time(), 0))
+        finally:
+            for poll in pending:
+                poll.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+
+def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
+    """Draw the view, then redraw it on every change until Ctrl-C (or until nothing can change)."""
+    terminal = stdout_is_terminal()
+    try:
+        with connect(connection) as client:
+            while True:
+                if terminal:
+                    sys.stdout.write(CLEAR)
+                    typer.echo(f"{command} (watching; Ctrl-C to stop)  {datetime.now():%H:%M:%S}\n")
+                watched = draw(client)
+                if not terminal:
+                    typer.echo("")
+                sys.stdout.flush()
+                if watched is None:
+                    raise typer.Exit(0)
+                with contextlib.suppress(Exception):
+                    asyncio.run(_any_change(connection, watched, REFRESH_SECONDS))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
