@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.testclient import TestClient
 from starlette.responses import Response
 
 from hai_airflow.server.app import create_app
@@ -81,7 +82,23 @@ def fuzz_app(tmp_path: Path) -> tuple[FastAPI, Store]:
         return response
 
     app.exception_handlers[RequestValidationError] = marked
+    seed_jobs(app, code)
     return app, store
+
+
+def seed_jobs(app: FastAPI, code: Path) -> None:
+    """A few jobs of two users, so generated ids and the stateful links reach real ones."""
+    with TestClient(app) as client:
+        for user, mode, extra in [
+            ("alice", "standalone", {"resource_pkg": 454}),
+            ("bob", "cpu", {}),
+            ("admin", "distributed", {"workers": 2, "worker_resource_pkg": 457}),
+        ]:
+            spec = {"mode": mode, "task_name": f"seed {user}", "code_path": str(code), "cmd": "true", **extra}
+            r = client.post(
+                "/api/v1/jobs", json={"spec": spec}, headers={"Authorization": f"Bearer {TOKENS[user]}"}
+            )
+            assert r.status_code == 201, r.text
 
 
 # The schema is read from the app when the module loads (parametrize needs the operations then), so
