@@ -63,7 +63,7 @@ def instances(api: Api, job_id: int) -> list[dict[str, Any]]:
 
 
 def test_a_job_runs_to_success_seeing_the_platform_environment(run: Api) -> None:
-    job = run.submit(cmd="python3 train.py 0.2", project_storage="10111")
+    job = run.submit(cmd="python3 train.py 0.2", project_storage=[10111])
     done = run.until_state(job["id"], "SUCCEEDED")
     (inst,) = instances(run, job["id"])
     assert (inst["exit_code"], inst["end_reason"], inst["resume"]) == (0, "completed", False)
