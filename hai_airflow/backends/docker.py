@@ -7,7 +7,7 @@ import logging
 import queue
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from docker.types import DeviceRequest
 
 from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
-from hai_airflow.backends.docker_logs import last_lines, merge, worker_prefix
+from hai_airflow.backends.docker_logs import last_lines, merge_lines, worker_prefix
 from hai_airflow.backends.gitcode import CheckoutError, checkout
 from hai_airflow.backends.logs import read_tail
 from hai_airflow.backends.notice import write_notice
@@ -258,13 +258,16 @@ class DockerBackend:
         return Exit(inst.instance_id, *_outcome(codes, oom, inst.stopping, inst.culprit))
 
     def _keep_log(self, inst: _Instance) -> None:
+        """Write the merged container logs to the instance's log as they are read, before removal."""
+        # The work dir is mounted into the containers: never write through a link they planted.
+        root = trusted_root(inst.log_path, self.home)
         try:
-            text = self._merged_log(inst)
-        except DockerException as e:
-            text = f"[hai] the container logs could not be read: {e}\n"
-        try:
-            # The work dir is mounted into the containers: never write through a link they planted.
-            write_below(trusted_root(inst.log_path, self.home), inst.log_path, text.encode(), mode=0o600)
+            try:
+                merged = (text.encode() for text in self._merged(inst))
+                write_below(root, inst.log_path, merged, mode=0o600)
+            except DockerException as e:
+                note = f"[hai] the container logs could not be read: {e}\n"
+                write_below(root, inst.log_path, note.encode(), mode=0o600)
         except OSError as e:
             log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
 
@@ -323,14 +326,19 @@ class DockerBackend:
 
     # ---- logs -------------------------------------------------------------------------------------
 
-    def _merged_log(self, inst: _Instance) -> str:
-        raw = []
+    def _merged(self, inst: _Instance) -> Iterator[str]:
+        """The instance's log, its workers' container logs merged by time as the engine streams them."""
+        streams: list[Iterable[bytes]] = []
         for name in inst.containers:
             try:
-                raw.append(self.client.api.logs(name, stdout=True, stderr=True, timestamps=True))
+                # follow=False: the SDK would otherwise follow a stream until the container exits.
+                answer = self.client.api.logs(
+                    name, stdout=True, stderr=True, timestamps=True, stream=True, follow=False
+                )
+                streams.append(answer)
             except NotFound:
-                raw.append(b"")
-        return merge(raw)
+                streams.append([])
+        return merge_lines(streams)
 
     def read_log(self, instance_id: int, tail: int = 0) -> str:
         with self._lock:
@@ -338,7 +346,7 @@ class DockerBackend:
             ended = self._ended_logs.get(instance_id)
         if inst is not None:
             with contextlib.suppress(DockerException):
-                return last_lines(self._merged_log(inst), tail)
+                return last_lines("".join(self._merged(inst)), tail)
             ended = inst.log_path
         if ended is None:
             raise KeyError(f"instance {instance_id} is not known to the docker backend")

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
 import heapq
+import itertools
 import re
+from collections.abc import Iterable, Iterator
 
 _FRACTION = re.compile(r"\.(\d+)")
+MAX_PIECE = 64 * 1024
+"""The longest text one merged item holds; longer lines are passed on in pieces."""
 
 
 def worker_prefix(rank: int, workers: int) -> str:
@@ -18,28 +23,49 @@ def _time_key(stamp: str) -> str:
     return _FRACTION.sub(lambda m: "." + m.group(1).ljust(9, "0"), stamp, count=1)
 
 
-def split_stamped(raw: bytes) -> list[tuple[str, str]]:
-    """(time key, line with its newline) pairs of a `logs(timestamps=True)` answer."""
-    text = raw.decode("utf-8", errors="replace")
-    out = []
-    for line in text.splitlines(keepends=True):
-        stamp, _, rest = line.partition(" ")
-        out.append((_time_key(stamp), rest if rest.endswith("\n") else rest + "\n"))
-    return out
+def stamped_lines(chunks: Iterable[bytes], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(time key, text) pairs of a `logs(timestamps=True)` answer read as it comes, `prefix` on each line.
+
+    Every line ends with a newline. A line longer than `MAX_PIECE` comes in pieces that share its stamp,
+    so a log of any size, even one endless line, is read in bounded memory.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending, key, continuing = "", "", False
+
+    def piece(text: str, ends: bool) -> tuple[str, str]:
+        nonlocal key, continuing
+        if not continuing:
+            stamp, _, text = text.partition(" ")
+            key, text = _time_key(stamp), prefix + text
+        continuing = not ends
+        return key, text
+
+    for chunk in itertools.chain(chunks, [None]):
+        final = chunk is None
+        *lines, pending = (pending + decoder.decode(chunk or b"", final=final)).split("\n")
+        for line in lines:
+            yield piece(line + "\n", ends=True)
+        if final and (pending or continuing):
+            yield piece(pending + "\n", ends=True)
+        elif len(pending) > MAX_PIECE:
+            yield piece(pending, ends=False)
+            pending = ""
 
 
-def merge(worker_logs: list[bytes]) -> str:
-    """The combined log: the workers' lines interleaved by time, each worker's in its own order.
+def merge_lines(worker_logs: list[Iterable[bytes]]) -> Iterator[str]:
+    """The combined log as it is read: the workers' lines interleaved by time, each worker's in its order.
 
     An engine stamps stdout and stderr lines in separate readers, so one worker's stamps are not strictly
     ordered; only the interleaving between workers follows them.
     """
     workers = len(worker_logs)
-    streams = [
-        [(key, worker_prefix(rank, workers) + line) for key, line in split_stamped(raw)]
-        for rank, raw in enumerate(worker_logs)
-    ]
-    return "".join(line for _, line in heapq.merge(*streams, key=lambda item: item[0]))
+    streams = [stamped_lines(chunks, worker_prefix(rank, workers)) for rank, chunks in enumerate(worker_logs)]
+    return (text for _, text in heapq.merge(*streams, key=lambda item: item[0]))
+
+
+def merge(worker_logs: list[bytes]) -> str:
+    """The combined log of whole worker logs (see `merge_lines`)."""
+    return "".join(merge_lines([[raw] for raw in worker_logs]))
 
 
 def last_lines(text: str, tail: int) -> str:

@@ -7,6 +7,7 @@ import errno
 import os
 import secrets
 import stat
+from collections.abc import Iterable
 from pathlib import Path, PurePath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -99,8 +100,9 @@ def open_regular(root: Path, path: Path) -> int:
     return fd
 
 
-def write_below(root: Path, path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` below `root` with `data` atomically, never writing through a link.
+def write_below(root: Path, path: Path, data: bytes | Iterable[bytes], mode: int = 0o644) -> None:
+    """Replace `path` below `root` with `data` (bytes, or pieces written as they come) atomically,
+    never writing through a link.
 
     The bytes go to a new file (O_CREAT|O_EXCL|O_NOFOLLOW, a random name) in the parent reached
     without links, which is then renamed over `path`: a link planted at `path` is replaced, not
@@ -112,7 +114,8 @@ def write_below(root: Path, path: Path, data: bytes, mode: int = 0o644) -> None:
         temp, fd = _create_temp(parent, parts[-1], mode)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                for piece in [data] if isinstance(data, bytes) else data:
+                    f.write(piece)
             os.replace(temp, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
             with contextlib.suppress(OSError):

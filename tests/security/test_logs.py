@@ -357,3 +357,22 @@ def test_docker_writes_the_notice_without_following_links_the_job_planted(
     assert_notice_delivered_and_victims_untouched(docker_server, inst, victims)
     assert "grace_seconds" in get_log(docker_server, inst.id).text
 
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_docker_keeps_a_large_final_log_in_bounded_memory(
+    docker_server: LiveServer, busybox_image: str
+) -> None:
+    size = 50_000_000
+    pid = docker_server.pid
+    assert pid is not None
+    peak_before_kb = proc_field(pid, "status", "VmHWM")
+    cmd = f"yes \"$(head -c 4000 /dev/zero | tr '\\0' y)\" | head -c {size}"
+    inst = run(docker_server, cmd, image=busybox_image)
+    grown_mb = (proc_field(pid, "status", "VmHWM") - peak_before_kb) / 1024
+    log = work_dir(docker_server, inst) / "output.log"
+    # The last line was cut by `head`: the kept log ends it with a newline.
+    assert log.stat().st_size == size + 1
+    assert grown_mb < 40, f"the server's peak memory grew by {grown_mb:.0f} MB keeping a 50 MB log"
+    log.unlink()
