@@ -139,7 +139,10 @@ def queue(
             )
         sections = (Section("Weight terms", entry.terms, TERM_COLUMNS),)
         title = f"Task {explain} in the queue"
-        emit(entry, EXPLAIN_COLUMNS, out=out, title=title, sections=sections, name=lambda e: e.job.id)
+        estimate = estimates(client, [entry])[entry.job.id]
+        starts = Column("expected start", lambda e: f"{eta(estimate) or 'unknown'} ({estimate.note})")
+        columns = (*EXPLAIN_COLUMNS[:7], starts, *EXPLAIN_COLUMNS[7:])
+        emit(entry, columns, out=out, title=title, sections=sections, name=lambda e: e.job.id)
         return {entry.job.id: entry.job.state}
 
     if watch_:

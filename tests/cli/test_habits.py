@@ -3,11 +3,13 @@ output formats, piped and terminal tables, waiting, watching, ids as arguments, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -279,6 +281,10 @@ def test_queue_shows_position_and_the_dashboards_eta(hai: Hai, clean: LiveServer
     promised = eta(start_estimate(entry, None))
     assert promised is not None and promised.startswith("by "), "a high job's ETA is its max_schedule promise"
     assert promised in row
+    explained = hai("queue", "--explain", str(high_id), env=dave).stdout
+    assert re.search(rf"^expected start\s+{re.escape(promised)} \(max_schedule 24 h\)$", explained, re.M), (
+        explained
+    )
     due = entry.job.submitted_at.timestamp() + 24 * 3600
     assert datetime.fromtimestamp(due).strftime("%H:%M") in promised
     assert hai("queue", "-o", "name", env=dave).stdout.split()[0] == str(
@@ -323,6 +329,35 @@ def test_watch_redraws_when_the_task_changes_and_stops_when_it_ended(
     assert len(frames) >= 2, out
     last = next(line for line in frames[-1].splitlines() if line.split()[0] == str(second))
     assert "SUCCEEDED" in last
+
+
+def test_watch_on_a_terminal_redraws_in_place_and_ctrl_c_stops_it(
+    clean: LiveServer, code: Path, tmp_path: Path, hai: Hai
+) -> None:
+    job = submit(hai, as_user(clean, "alice"), code, "long.py")
+    wait_for(clean, job, {"RUNNING"})
+    env = process_env(clean, "alice", tmp_path, TERM="xterm", COLUMNS="200")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-c", RUN_HAI, "task", "--watch"], env)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"RUNNING" not in seen and time.monotonic() < deadline:
+        if select.select([fd], [], [], 1)[0]:
+            seen += os.read(fd, 65536)
+    os.kill(pid, signal.SIGINT)
+    with contextlib.suppress(OSError):
+        while select.select([fd], [], [], 5)[0]:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            seen += chunk
+    os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 130
+    text = seen.decode("utf-8", "replace")
+    assert "\x1b[H\x1b[2J" in text and "hai task (watching; Ctrl-C to stop)" in text
+    assert str(job) in text and "Traceback" not in text
 
 
 # ---- global flags ---------------------------------------------------------------------------
