@@ -215,6 +215,22 @@ def test_wait_exits_with_the_outcome(hai: Hai, clean: LiveServer, code: Path) ->
     assert unknown.exit_code == 1 and unknown.stderr.startswith("Error: ") and "99999" in unknown.stderr
 
 
+def test_wait_shows_the_state_on_a_terminal_and_nothing_extra_when_piped(
+    hai: Hai, clean: LiveServer, code: Path, tmp_path: Path
+) -> None:
+    job = submit(hai, as_user(clean, "alice"), code, "short.py")
+    wait_for(clean, job, {"RUNNING"})
+    env = process_env(clean, "alice", tmp_path, TERM="xterm", COLUMNS="160")
+    status, shown = run_in_terminal(["wait", str(job)], env)
+    assert status == 0, shown
+    assert f"task {job} is RUNNING" in shown, "a status line while it waits"
+    assert shown.rstrip().endswith(f"task {job} SUCCEEDED")
+    piped = subprocess.run(
+        hai_process(["wait", str(job)]), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, f"task {job} SUCCEEDED\n", "")
+
+
 # ---- ids as arguments -----------------------------------------------------------------------
 
 
