@@ -1,4 +1,4 @@
-"""Fixtures shared by every test folder: a live `hai serve` with a small config."""
+"""Fixtures shared by every test folder: a live `hai serve` with a small config, a PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import postgres
 from tests.support.live_server import TEST_CONFIG, LiveServer, start_server
 
 
@@ -16,3 +17,14 @@ def live_server(tmp_path: Path) -> Iterator[LiveServer]:
     users admin/alice/bob/carol/dave with tokens `<name>-token` (see tests/support/live_server.py)."""
     with start_server(tmp_path / "hai", TEST_CONFIG) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """One PostgreSQL database for the session (dropped at the end); skipped when unreachable."""
+    reason = postgres.unavailable_reason()
+    if reason is not None:
+        print(f"\nSKIP PostgreSQL tests: {reason}")
+        pytest.skip(reason)
+    with postgres.temporary_database("hai_test") as url:
+        yield url

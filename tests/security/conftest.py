@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from tests.support import postgres
-
-
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """One PostgreSQL database for the session (dropped at the end); skipped when unreachable."""
-    reason = postgres.unavailable_reason()
-    if reason is not None:
-        print(f"\nSKIP PostgreSQL tests: {reason}")
-        pytest.skip(reason)
-    with postgres.temporary_database("hai_security_test") as url:
-        yield url
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

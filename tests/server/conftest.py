@@ -39,17 +39,6 @@ users = ["dave"]
 """
 
 
-@pytest.fixture(scope="session")
-def pg_database() -> Iterator[str]:
-    """One PostgreSQL database for the session (dropped at the end); skipped when unreachable."""
-    reason = postgres.unavailable_reason()
-    if reason is not None:
-        print(f"\nSKIP PostgreSQL tests: {reason}")
-        pytest.skip(reason)
-    with postgres.temporary_database("hai_server_test") as url:
-        yield url
-
-
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty database: a fresh SQLite file, or the session's PostgreSQL database emptied."""
