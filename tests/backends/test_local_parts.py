@@ -66,13 +66,13 @@ def test_mpirun_starts_one_process_per_gpu_with_every_gpu_visible() -> None:
 def test_read_tail_crosses_block_boundaries(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     log.write_text("".join(f"line {i:06d} " + "x" * 200 + "\n" for i in range(2000)))
-    tail = read_tail(log, 3).splitlines()
+    tail = read_tail(log, 3, home=None).splitlines()
     assert [x[:11] for x in tail] == ["line 001997", "line 001998", "line 001999"]
-    assert read_tail(log, 5000).count("\n") == 2000
-    assert read_tail(tmp_path / "none.log", 3) == ""
+    assert read_tail(log, 5000, home=None).count("\n") == 2000
+    assert read_tail(tmp_path / "none.log", 3, home=None) == ""
 
 
 def test_read_tail_without_final_newline(tmp_path: Path) -> None:
     log = tmp_path / "p.log"
     log.write_text("a\nb\nprogress 50%")
-    assert read_tail(log, 2) == "b\nprogress 50%"
+    assert read_tail(log, 2, home=None) == "b\nprogress 50%"
