@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -168,12 +169,24 @@ def build_spec(mode: Mode, fields: Mapping[str, Any], flags: Mapping[str, str], 
     :param command: the command, for the help hint (`create`, `submit standalone`).
     """
     data = {key: value for key, value in fields.items() if value is not None}
+    data = absolute_code_path(data)
     try:
         spec: JobSpec = SPEC_MODELS[mode].model_validate({**data, "mode": mode})  # type: ignore[assignment]
     except ValidationError as error:
         problem = describe_error(error.errors()[0], flags, mode)
         usage_error(f"{problem}. See `hai {command} --help`")
     return spec
+
+
+def absolute_code_path(data: dict[str, Any]) -> dict[str, Any]:
+    """A relative NAS code path means the directory as seen from here, as `cd` would read it.
+
+    The server accepts only absolute paths; a git URL is not a path and stays as written.
+    """
+    path = data.get("code_path")
+    if data.get("code_src", "nas") != "nas" or not isinstance(path, str) or not path or os.path.isabs(path):
+        return data
+    return {**data, "code_path": os.path.abspath(os.path.expanduser(path))}
 
 
 def flag_for(field: str, flags: Mapping[str, str]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hai_airflow.cli.control import outcome_line
@@ -103,3 +105,22 @@ def test_cancel_says_whether_it_happened_or_is_on_its_way(state: str, line: str)
         }
     )
     assert outcome_line("cancelled", "cancelling", job, TERMINAL_STATES) == line
+
+
+@pytest.mark.parametrize(
+    ("code_src", "code_path", "expected"),
+    [
+        pytest.param("nas", ".", "{cwd}", id="the current directory"),
+        pytest.param("nas", "src/../code", "{cwd}/code", id="relative, normalised as cd would"),
+        pytest.param("nas", "/nas/alice/code", "/nas/alice/code", id="absolute stays"),
+        pytest.param("git", "https://example.org/r.git", "https://example.org/r.git", id="git URL stays"),
+    ],
+)
+def test_a_relative_code_path_is_sent_as_the_absolute_directory_seen_from_here(
+    code_src: str, code_path: str, expected: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(str(tmp_path))
+    fields = {"task_name": "t", "code_src": code_src, "code_path": code_path, "resource_pkg": 457}
+    fields["cmd"] = "true"
+    spec = build_spec("standalone", fields, {}, "create")
+    assert spec.code_path == expected.replace("{cwd}", str(tmp_path))
