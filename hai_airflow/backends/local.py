@@ -481,12 +481,17 @@ class LocalBackend:
         for w in workers:
             # An adopted worker's pid may have been reused once it ended; only signal the one we started.
             if w.popen is not None or procs.is_alive(w.pid, w.started):
-                # Below the supervisor first (a `setsid` child left the group), while it still
-                # adopts orphans; then the group, the supervisor with it.
-                kill_tree(w.pid, sig)
-                procs.signal_group(w.pgid, sig)
                 if sig == signal.SIGKILL:
+                    # Below the supervisor first (a `setsid` child left the group), while it still
+                    # adopts orphans; then the group, the supervisor with it.
+                    kill_tree(w.pid, sig)
+                    procs.signal_group(w.pgid, sig)
                     w.killed = True
+                else:
+                    # The group at once, as the notice promised (the supervisor ignores it and stays);
+                    # then what left the group, found by the slower scan of /proc.
+                    procs.signal_group(w.pgid, sig)
+                    kill_tree(w.pid, sig)
 
     def _instance(self, instance_id: int) -> _Instance:
         with self._lock:

@@ -25,6 +25,7 @@ while not notice.exists():
 tmp = model / "final.pt.tmp"
 tmp.write_text("saved on notice")
 os.replace(tmp, model / "final.pt")
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the SIGTERM after the notice may land during teardown
 sys.exit(0)
 """
 
