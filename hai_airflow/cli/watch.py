@@ -55,7 +55,9 @@ def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
     """Draw the view, then redraw it on every change until Ctrl-C (or until nothing can change)."""
     terminal = stdout_is_terminal()
     try:
-        with connect(connection) as client:
+        # One runner for every wait: Ctrl-C cancels the wait in progress and the loop is closed on the
+        # way out, so the interrupt leaves no half-run coroutine or unclosed loop behind.
+        with connect(connection) as client, asyncio.Runner() as runner:
             while True:
                 if terminal:
                     sys.stdout.write(CLEAR)
@@ -67,6 +69,6 @@ def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
                 if watched is None:
                     raise typer.Exit(0)
                 with contextlib.suppress(Exception):
-                    asyncio.run(_any_change(connection, watched, REFRESH_SECONDS))
+                    runner.run(_any_change(connection, watched, REFRESH_SECONDS))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
