@@ -288,6 +288,14 @@ def _spec_schema_rules(schema: dict[str, Any]) -> None:
     schema.update(_GIT_BRANCH_NEEDS_GIT)
 
 
+Processes = Literal["per-gpu", "per-worker"]
+PROCESSES_HELP = (
+    "How many processes run the command: per-gpu starts one per GPU of each worker, with the Horovod "
+    "and torch.distributed rank variables of each (no launcher needed); per-worker starts one per "
+    "worker, for commands that bring their own launcher (torchrun, horovodrun, mpirun)."
+)
+
+
 class _JobSpecBase(_Strict):
     model_config = ConfigDict(json_schema_extra=_spec_schema_rules)
 
@@ -401,6 +409,10 @@ class StandaloneJobSpec(_JobSpecBase):
     gpu_type: GpuType | None = Field(
         default=None, description="GPU type (V100, A100, P100, T4...); default: the package's."
     )
+    processes: Processes = Field(
+        default="per-worker",
+        description=f"{PROCESSES_HELP} Default per-worker: the command runs once and sees every GPU.",
+    )
 
 
 class DistributedJobSpec(_JobSpecBase):
@@ -416,6 +428,10 @@ class DistributedJobSpec(_JobSpecBase):
     )
     gpu_type: GpuType | None = Field(
         default=None, description="GPU type; default: the worker package's."
+    )
+    processes: Processes = Field(
+        default="per-gpu",
+        description=f"{PROCESSES_HELP} Default per-gpu: hvd.size() is workers x GPUs per worker.",
     )
 
 
