@@ -10,7 +10,7 @@ from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import choice, completes, with_flags
 from hai_airflow.cli.jobspec import (
     REQUIRED,
-    ElasticFlags,
+    GpuJobFlags,
     GpuTypeOption,
     JobFlags,
     SubmitFlags,
@@ -108,7 +108,7 @@ def create(
     ] = None,
     gpu_type: GpuTypeOption = None,
     job: JobFlags = JobFlags(),
-    elastic: ElasticFlags = ElasticFlags(),
+    gpu_job: GpuJobFlags = GpuJobFlags(),
     submit: SubmitFlags = SubmitFlags(),
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
@@ -128,7 +128,7 @@ def create(
         "cmd": cmd,
         "gpu_type": gpu_type,
         **job.fields(),
-        **elastic.fields(),
+        **gpu_job.fields(),
     }
     if mode == "distributed":
         fields |= {

@@ -7,19 +7,22 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import typer
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from hai_airflow.cli.flags import choice, completes
 from hai_airflow.cli.output import usage_error
 from hai_airflow.spec import (
     MAX_SCHEDULE_CHOICES,
+    PROCESSES_HELP,
     CpuJobSpec,
     DistributedJobSpec,
     JobSpec,
     Mode,
+    Processes,
     StandaloneJobSpec,
 )
 
@@ -125,6 +128,18 @@ GraceOption = Annotated[
         metavar="SECONDS",
         help="Seconds between the save notice and the kill on suspension. "
         "Default: 60 with --elastic, else 0.",
+    ),
+]
+PROCESSES_CHOICES: tuple[Processes, ...] = get_args(Processes)
+ProcessesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--processes",
+        metavar="[" + "|".join(PROCESSES_CHOICES) + "]",
+        parser=choice(*PROCESSES_CHOICES),
+        autocompletion=completes(*PROCESSES_CHOICES),
+        help=f"{PROCESSES_HELP} Default: per-gpu for distributed jobs, per-worker for standalone ones.",
+        show_default=False,
     ),
 ]
 EnvOption = Annotated[
@@ -250,14 +265,17 @@ class JobFlags:
 
 
 @dataclass(frozen=True)
-class ElasticFlags:
-    """How a GPU job is suspended: `--elastic` and `--grace` (not for CPU stages)."""
+class GpuJobFlags:
+    """The flags only GPU jobs take (a CPU stage has no such option): how many processes run the
+    command, and how the job is suspended (`--elastic`, `--grace`)."""
 
+    processes: ProcessesOption = None
     elastic: ElasticOption = False
     grace: GraceOption = None
 
     def fields(self) -> dict[str, Any]:
-        return {"elastic": self.elastic, "grace_seconds": self.grace}
+        """These flags as spec fields (None = not given, so the spec's default for the mode applies)."""
+        return {"processes": self.processes, "elastic": self.elastic, "grace_seconds": self.grace}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import typer
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.create import submit_and_report
 from hai_airflow.cli.flags import with_flags
-from hai_airflow.cli.jobspec import ElasticFlags, JobFlags, SubmitFlags, build_spec, join_command
+from hai_airflow.cli.jobspec import GpuJobFlags, JobFlags, SubmitFlags, build_spec, join_command
 from hai_airflow.cli.output import OutputFlags, help_without_subcommand, usage_error
 from hai_airflow.spec import ResourcePackageView
 
@@ -109,7 +109,7 @@ def standalone(
     gpu_type: SubmitGpuTypeOption = None,
     worker_image: WorkerImageOption = None,
     job: JobFlags = JobFlags(),
-    elastic: ElasticFlags = ElasticFlags(),
+    gpu_job: GpuJobFlags = GpuJobFlags(),
     submit: SubmitFlags = SubmitFlags(),
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
@@ -122,7 +122,7 @@ def standalone(
     --gpu-type=p100 --code-dir=/workspace/cpfs-data/tensorflow-sample-code "python3 train.py"
     """
     fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
-    fields |= {**elastic.fields(), "image": worker_image, "resource_pkg": PLACEHOLDER_PACKAGE}
+    fields |= {**gpu_job.fields(), "image": worker_image, "resource_pkg": PLACEHOLDER_PACKAGE}
     # Checked before asking the server, so a bad flag is reported as such even when it is down.
     build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
     with connect(connection) as client:
@@ -157,7 +157,7 @@ def distributed(
         ),
     ] = None,
     job: JobFlags = JobFlags(),
-    elastic: ElasticFlags = ElasticFlags(),
+    gpu_job: GpuJobFlags = GpuJobFlags(),
     submit: SubmitFlags = SubmitFlags(),
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
@@ -165,7 +165,7 @@ def distributed(
     """Multi-machine Horovod training: --workers workers of --gpus GPUs each. Prints `created task ID`."""
     fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
     fields |= {
-        **elastic.fields(),
+        **gpu_job.fields(),
         "image": worker_image,
         "worker_image": worker_image,
         "workers": workers,

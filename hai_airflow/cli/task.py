@@ -11,6 +11,7 @@ import typer
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import StateOption, TaskIdArguments, TaskIdFlags, each
+from hai_airflow.cli.jobspec import SPEC_MODELS
 from hai_airflow.cli.output import (
     Column,
     OutputFlags,
@@ -51,6 +52,17 @@ def gpus(job: JobView) -> str:
     return text
 
 
+def processes(job: JobView) -> str | None:
+    """`per-gpu (16 processes)`: how the command is started and how many copies run; None for CPU jobs."""
+    model = SPEC_MODELS[job.mode]
+    if "processes" not in model.model_fields:
+        return None
+    # A job stored before the field existed runs with the mode's default, as the backends read it.
+    chosen = job.spec.get("processes") or model.model_fields["processes"].default
+    count = job.gpus if chosen == "per-gpu" else max(job.workers, 1)
+    return f"{chosen} ({count} process{'es' if count != 1 else ''})"
+
+
 def job_columns(now: datetime, with_user: bool) -> tuple[Column, ...]:
     """`hai task`'s columns; USER where the listing can span users, and always with -o wide."""
     return (
@@ -84,6 +96,7 @@ JOB_DETAIL_COLUMNS = (
     Column("reason", lambda j: j.reason),
     Column("priority", priority),
     Column("gpus", gpus),
+    Column("processes", processes),
     Column("placement", lambda j: placement(j.placement)),
     Column("image", lambda j: j.spec.get("image")),
     Column("code path", lambda j: j.spec.get("code_path")),
