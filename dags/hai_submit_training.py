@@ -9,8 +9,9 @@ from airflow.sdk import DAG, Param, task
 from pydantic import ValidationError
 
 from hai_airflow.operators.distributed import HaiDistributedTrainingOperator
+from hai_airflow.operators.job import processes_field
 from hai_airflow.operators.standalone import HaiStandaloneTrainingOperator
-from hai_airflow.spec import DistributedJobSpec, StandaloneJobSpec
+from hai_airflow.spec import PROCESSES_HELP, DistributedJobSpec, StandaloneJobSpec
 
 RESOURCE_PACKAGES = {454: "1xV100", 455: "2xV100", 456: "4xV100", 457: "8xV100"}
 """The dropdown's packages (`hai res`); edit to match the cluster."""
@@ -60,6 +61,18 @@ with DAG(
             description="The job starts cd'd here (a NAS directory, or the git repository).",
         ),
         "cmd": Param("python3 train.py", type="string", minLength=1, title="训练启动命令 Start command"),
+        "processes": Param(
+            None,
+            type=["null", "string"],
+            enum=[None, "per-gpu", "per-worker"],
+            values_display={
+                None: "默认 Default for the mode (distributed: per-gpu, standalone: per-worker)",
+                "per-gpu": "每个GPU一个进程 One per GPU (Horovod ranks, no launcher)",
+                "per-worker": "每个worker一个进程 One per worker (torchrun, horovodrun, mpirun)",
+            },
+            title="进程数 Processes",
+            description=PROCESSES_HELP,
+        ),
         "workers": Param(
             2, type="integer", minimum=1, maximum=1024, title="worker数目 Workers", section=DISTRIBUTED
         ),
@@ -87,6 +100,7 @@ with DAG(
             "code_path": form["code_path"],
             "cmd": form["cmd"],
             "gpu_type": form["gpu_type"],
+            **processes_field(form.get("processes")),
         }
         try:
             if form["mode"] == "distributed":
@@ -112,6 +126,8 @@ with DAG(
         "code_path": "{{ params.code_path }}",
         "cmd": "{{ params.cmd }}",
         "gpu_type": "{{ params.gpu_type }}",
+        # None (the mode's default) would render as the text "None".
+        "processes": "{{ params.processes or '' }}",
     }
     submit_standalone = HaiStandaloneTrainingOperator(
         task_id="submit_standalone", resource_pkg="{{ params.resource_pkg }}", **common_args

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hai_airflow.operators.job import BaseHaiJobOperator, choose_package
+from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, processes_field
 from hai_airflow.spec import DistributedJobSpec, JobSpec, ResourcePackageView
 
 
@@ -21,6 +21,10 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         standalone operator. Total GPUs = workers x GPUs per worker.
     :param worker_image: image of each worker; default `image`.
     :param gpu_type: GPU type; default the worker package's.
+    :param processes: ``per-gpu`` (None, the default): one process per GPU of each worker, each given
+        its Horovod and torch.distributed rank variables, so ``hvd.size()`` is workers x GPUs per
+        worker and no launcher is needed; ``per-worker``: one process per worker, for a command that
+        brings its own launcher (``torchrun``, ``horovodrun``, ``mpirun``).
     """
 
     template_fields: Sequence[str] = (
@@ -30,6 +34,7 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         "gpus_per_worker",
         "worker_image",
         "gpu_type",
+        "processes",
     )
 
     def __init__(
@@ -40,6 +45,7 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         gpus_per_worker: int | str | None = None,
         worker_image: str | None = None,
         gpu_type: str | None = None,
+        processes: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -48,6 +54,7 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         self.gpus_per_worker = gpus_per_worker
         self.worker_image = worker_image
         self.gpu_type = gpu_type
+        self.processes = processes
         self._take_quota_pool()
 
     def declared_gpus(self) -> int | None:
@@ -67,5 +74,6 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
                 "worker_resource_pkg": package,
                 "worker_image": self.worker_image or None,
                 "gpu_type": self.gpu_type or None,
+                **processes_field(self.processes),
             }
         )

@@ -129,6 +129,12 @@ def choose_package(
     return min(fits, key=lambda p: p.id).id
 
 
+def processes_field(processes: str | None) -> dict[str, str]:
+    """The ``processes`` spec field when one was chosen; None or an empty form field leaves the mode's
+    default (per-worker for standalone jobs, per-gpu for distributed ones)."""
+    return {"processes": processes} if processes else {}
+
+
 def job_gpus(spec: JobSpec, packages: Sequence[ResourcePackageView]) -> int:
     """GPUs the job holds: the package's GPUs, times the workers of a distributed job."""
     if isinstance(spec, StandaloneJobSpec):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hai_airflow.operators.job import BaseHaiJobOperator, choose_package
+from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, processes_field
 from hai_airflow.spec import JobSpec, ResourcePackageView, StandaloneJobSpec
 
 
@@ -18,9 +18,18 @@ class HaiStandaloneTrainingOperator(BaseHaiJobOperator):
     :param gpus: GPUs wanted; picks the smallest package with that many (of `gpu_type`), or is
         checked against `resource_pkg`. As a literal number it also sizes the quota pool slots.
     :param gpu_type: GPU type (V100, A100, P100, T4...); default the package's.
+    :param processes: ``per-worker`` (None, the default): the command runs once and sees every GPU;
+        ``per-gpu``: one process per GPU, each given its Horovod and torch.distributed rank
+        variables, so no launcher is needed.
     """
 
-    template_fields: Sequence[str] = (*BaseHaiJobOperator.template_fields, "resource_pkg", "gpus", "gpu_type")
+    template_fields: Sequence[str] = (
+        *BaseHaiJobOperator.template_fields,
+        "resource_pkg",
+        "gpus",
+        "gpu_type",
+        "processes",
+    )
 
     def __init__(
         self,
@@ -28,12 +37,14 @@ class HaiStandaloneTrainingOperator(BaseHaiJobOperator):
         resource_pkg: int | str | None = None,
         gpus: int | str | None = None,
         gpu_type: str | None = None,
+        processes: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.resource_pkg = resource_pkg
         self.gpus = gpus
         self.gpu_type = gpu_type
+        self.processes = processes
         self._take_quota_pool()
 
     def declared_gpus(self) -> int | None:
@@ -47,5 +58,6 @@ class HaiStandaloneTrainingOperator(BaseHaiJobOperator):
                 "mode": "standalone",
                 "resource_pkg": package,
                 "gpu_type": self.gpu_type or None,
+                **processes_field(self.processes),
             }
         )

@@ -85,6 +85,34 @@ def test_hai_submit_training_form_submits_a_standalone_job(hai_conn: Callable[..
         "SUCCEEDED",
     )
     assert job.spec["resource_pkg"] == 455 and job.spec["code_path"] == str(INCLUDE)
+    assert job.spec["processes"] == "per-worker"
+
+
+def test_hai_submit_training_form_offers_the_processes_choice() -> None:
+    param = load_dag("hai_submit_training").params.get_param("processes")
+    assert param.value is None
+    assert param.schema["enum"] == [None, "per-gpu", "per-worker"]
+    assert set(param.schema["values_display"]) == {None, "per-gpu", "per-worker"}
+
+
+def test_hai_submit_training_form_passes_the_processes_choice(hai_conn: Callable[..., LiveServer]) -> None:
+    server = hai_conn()
+    form = {
+        "task_name": "bring-your-own-launcher",
+        "mode": "distributed",
+        "workers": 2,
+        "worker_resource_pkg": 455,
+        "processes": "per-worker",
+        "code_path": str(INCLUDE),
+        "cmd": "true",
+    }
+    run = load_dag("hai_submit_training").test(run_conf=form)
+
+    assert task_states(run)["submit_distributed"] == "success"
+    with server.client() as client:
+        (job,) = client.jobs(all=True)
+    assert (job.mode, job.workers, job.gpus) == ("distributed", 2, 4)
+    assert job.spec["processes"] == "per-worker"
 
 
 @pytest.mark.parametrize(
@@ -94,6 +122,7 @@ def test_hai_submit_training_form_submits_a_standalone_job(hai_conn: Callable[..
         pytest.param({"mode": "cluster"}, "mode", id="unknown mode"),
         pytest.param({"resource_pkg": 999}, "resource_pkg", id="package not in the dropdown"),
         pytest.param({"workers": 0}, "workers", id="no workers"),
+        pytest.param({"processes": "per-node"}, "processes", id="unknown processes choice"),
     ],
 )
 def test_hai_submit_training_form_is_validated(conf: dict[str, object], field: str) -> None:
