@@ -13,9 +13,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[all,dev]'
 	@touch $(STAMP)
 
-# Chromium, a Docker engine and a kube-apiserver for the outer test tiers (skipped where impossible).
+# Chromium, a Docker engine and its image, Horovod and a kube-apiserver for the outer test tiers (skipped
+# where impossible). Horovod goes into this venv.
 provision:
-	@bash .ci/provision
+	@bash .ci/provision $(PY)
 
 test: install provision
 	$(PY) -m pytest

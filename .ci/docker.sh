@@ -4,8 +4,11 @@
 #   .ci/docker.sh install       install docker.io, busybox-static, debootstrap, docker-compose when missing
 #   .ci/docker.sh start DIR     start dockerd with its state under DIR; prints its DOCKER_HOST
 #   .ci/docker.sh stop DIR      stop the dockerd started under DIR
-#   .ci/docker.sh torch-rootfs  build (once, cached) a Debian root with python3 + torch as a tar for
-#                               `docker import`; prints its path (the name carries its content key)
+#   .ci/docker.sh torch-rootfs [PYTHON]
+#                               build (once, cached) a Debian root for `docker import` with python3 and
+#                               PYTHON's torch (a CPU build) and Horovod (the wheel .ci/horovod.sh builds
+#                               for it); PYTHON defaults to the project's .venv. Prints the tar's path,
+#                               whose name carries its content key.
 #
 # The engine runs with --bridge=none and no iptables: it must not touch the host's network set-up.
 # Containers that need to talk to each other (distributed workers) use the host network.
@@ -83,9 +86,10 @@ stop() {
 }
 
 CACHE="${HAI_CI_CACHE:-/var/cache/hai-ci}/images"
+HERE=$(cd "$(dirname "$0")" && pwd -P)
 SUITE=bookworm
 MIRROR=http://deb.debian.org/debian
-TORCH_PACKAGES=python3,python3-torch,python3-numpy
+ROOT_PACKAGES=python3
 
 # Unmount what debootstrap may have left mounted in a build root before deleting it: a recursive delete
 # must never walk into the host's /proc or /dev.
@@ -103,30 +107,55 @@ remove_root() {
     rm -rf "$root"
 }
 
+# The root gets the test environment's own torch and Horovod, installed by the host's pip into the root's
+# dist-packages: the host is Debian 12 with Python 3.11 like the root, so the same cp311 wheels fit. torch
+# is pinned to PYTHON's exact version, which must be a CPU build: an unpinned or CUDA torch is gigabytes.
 torch_rootfs() {
-    local key tar work started
-    key=$(echo "$SUITE $MIRROR $TORCH_PACKAGES $(dpkg-query -W -f='${Version}' debootstrap)" | sha256sum | cut -c1-12)
+    local py=$1 pyver torch numpy whl key tar work root site seen started
+    pyver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")') \
+        || { log "$py does not run; install the project first (make install)"; exit 1; }
+    read -r torch numpy < <("$py" -c 'import torch, numpy; print(torch.__version__, numpy.__version__)') \
+        || { log "$py cannot import torch and numpy; install the project first (make install)"; exit 1; }
+    [[ $torch == *+cpu ]] || { log "$py has torch $torch, not a CPU build; install torch==${torch%%+*}+cpu"; exit 1; }
+    whl=$("$HERE/horovod.sh" wheel "$py") || { log "no Horovod wheel for $py (see above)"; exit 1; }
+    key=$(echo "$SUITE $MIRROR $ROOT_PACKAGES $(dpkg-query -W -f='${Version}' debootstrap) python$pyver" \
+        "torch==$torch numpy==$numpy $(basename "$whl") $(sha256sum <"$whl")" | sha256sum | cut -c1-12)
     tar="$CACHE/torch-$key.tar"
-    if [[ -f "$tar" ]]; then
-        echo "$tar"
-        return
-    fi
+    [[ -f "$tar" ]] && { echo "$tar"; return; }
     command -v debootstrap >/dev/null || { log "debootstrap is missing; run: $0 install"; exit 1; }
     mkdir -p "$CACHE"
+    # One build per key at a time (provisioning and a test session may both ask for it).
+    exec 9>"$CACHE/torch-$key.lock"
+    flock 9
+    [[ -f "$tar" ]] && { echo "$tar"; return; }
     work="$CACHE/torch-$key.build"
+    root="$work/root"
+    site="$root/usr/local/lib/python$pyver/dist-packages"
     remove_root "$work"
-    mkdir -p "$work/root"
+    mkdir -p "$root"
     started=$(date +%s)
-    log "debootstrap $SUITE with $TORCH_PACKAGES (a few minutes, once)"
-    debootstrap --variant=minbase --include="$TORCH_PACKAGES" "$SUITE" "$work/root" "$MIRROR" >"$work.log" 2>&1 \
-        || { tail -n 20 "$work.log" >&2; exit 1; }
-    rm -rf "$work/root/var/cache/apt/archives" "$work/root/var/lib/apt/lists" \
-        "$work/root/usr/share/doc" "$work/root/usr/share/man"
-    tar -C "$work/root" -cf "$tar.partial" .
+    log "debootstrap $SUITE with $ROOT_PACKAGES, then torch $torch, numpy $numpy, $(basename "$whl") (minutes, once)"
+    failed() { tail -n 20 "$work.log" >&2; log "$1"; exit 1; }
+    debootstrap --variant=minbase --include="$ROOT_PACKAGES" "$SUITE" "$root" "$MIRROR" >"$work.log" 2>&1 \
+        || failed "debootstrap failed"
+    [[ -x "$root/usr/bin/python$pyver" ]] || failed "the root has no python$pyver like $py, so its wheels would not fit"
+    "$py" -m pip install -q --disable-pip-version-check --no-warn-script-location --target "$site" \
+        "torch==$torch" "numpy==$numpy" "$whl" >>"$work.log" 2>&1 || failed "pip could not install into the root"
+    # Console scripts carry the host's interpreter in their #! line; the root runs modules with python3 -m.
+    rm -rf "$site/bin"
+    # Without /proc torch only warns (about /proc/cpuinfo), so the check reads stdout alone.
+    seen=$(chroot "$root" "/usr/bin/python$pyver" -c 'import torch, numpy, horovod.torch; print(torch.__version__)' \
+        2>>"$work.log") || failed "the root's python cannot import torch and horovod.torch"
+    [[ $seen == "$torch" ]] || failed "the root's torch is $seen, not $torch"
+    rm -rf "$root/var/cache/apt/archives" "$root/var/lib/apt/lists" \
+        "$root/usr/share/doc" "$root/usr/share/man"
+    tar -C "$root" -cf "$tar.partial" .
     mv "$tar.partial" "$tar"
     remove_root "$work"
-    rm -f "$work.log"
-    log "built $tar in $(($(date +%s) - started)) s"
+    rm -f "$work.log" "$CACHE/torch-$key.lock"
+    # A root built for an earlier torch or wheel is never asked for again.
+    find "$CACHE" -maxdepth 1 -name 'torch-*.tar' ! -name "torch-$key.tar" -delete
+    log "built $tar ($(du -m "$tar" | cut -f1) MB) in $(($(date +%s) - started)) s"
     echo "$tar"
 }
 
@@ -134,6 +163,6 @@ case "${1:-install}" in
     install) install ;;
     start) start "${2:?usage: $0 start DIR}" ;;
     stop) stop "${2:?usage: $0 stop DIR}" ;;
-    torch-rootfs) torch_rootfs ;;
-    *) log "usage: $0 install | start DIR | stop DIR | torch-rootfs"; exit 2 ;;
+    torch-rootfs) torch_rootfs "${2:-$HERE/../.venv/bin/python}" ;;
+    *) log "usage: $0 install | start DIR | stop DIR | torch-rootfs [PYTHON]"; exit 2 ;;
 esac

@@ -133,8 +133,11 @@ def busybox_image(docker_engine: Engine, tmp_path_factory: pytest.TempPathFactor
 
 
 def torch_rootfs_tar() -> Path:
-    """The cached Debian root with python3 and torch (built by .ci/docker.sh on first use, minutes)."""
-    done = subprocess.run([str(DOCKER_SH), "torch-rootfs"], capture_output=True, text=True, timeout=1800)
+    """The cached Debian root with python3 and this environment's torch and Horovod (built by .ci/docker.sh
+    on first use: minutes, or about 15 more when the Horovod wheel is not built yet)."""
+    done = subprocess.run(
+        [str(DOCKER_SH), "torch-rootfs", sys.executable], capture_output=True, text=True, timeout=2400
+    )
     if done.returncode != 0:
         raise RuntimeError(done.stderr.strip()[-800:])
     return Path(done.stdout.strip())
@@ -142,7 +145,7 @@ def torch_rootfs_tar() -> Path:
 
 @pytest.fixture(scope="session")
 def torch_image(docker_engine: Engine) -> str:
-    """python3 + torch from Debian, imported from the cached root filesystem; tagged by its content key."""
+    """Debian's python3 with the tests' torch and Horovod, imported from the cached root, tagged by key."""
     try:
         tar = torch_rootfs_tar()
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
