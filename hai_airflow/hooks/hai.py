@@ -7,7 +7,10 @@ from typing import Any, TypedDict
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError, HaiUnreachable
+from hai_airflow.client import AsyncHaiClient, HaiClient
+
+# the checkpoint trigger imports these from here until it moves to hooks.retry
+from hai_airflow.hooks.retry import Backoff, is_transient  # noqa: F401
 from hai_airflow.spec import InstanceView
 
 DEFAULT_CONN_ID = "hai_default"
@@ -158,27 +161,3 @@ class HaiAsyncHook(BaseHook):
         if newest is None or lines <= 0:
             return []
         return (await client.log(newest.id, tail=lines)).splitlines()[-lines:]
-
-
-def is_transient(error: HaiError) -> bool:
-    """Worth retrying: no server answered, or it answered that it is briefly unable to."""
-    return isinstance(error, HaiUnreachable) or error.status >= 500 or error.status in (408, 429)
-
-
-class Backoff:
-    """Reconnect delays: 1 s, doubling up to `maximum`, back to 1 s after a success.
-
-    :param maximum: the longest delay in seconds.
-    """
-
-    def __init__(self, maximum: float = 30.0) -> None:
-        self.maximum = maximum
-        self._next = 1.0
-
-    def next_delay(self) -> float:
-        delay = self._next
-        self._next = min(self._next * 2, self.maximum)
-        return delay
-
-    def reset(self) -> None:
-        self._next = 1.0

@@ -6,6 +6,7 @@ import hashlib
 import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
+from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -17,7 +18,8 @@ from hai_airflow.airflow_plugin.pools import pool_name
 from hai_airflow.airflow_plugin.priority import HaiPriorityWeightStrategy
 from hai_airflow.client import HaiClient, HaiError
 from hai_airflow.dashboard.extra_link import JOB_ID_XCOM_KEY, HaiJobLink
-from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiHook, is_transient
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
+from hai_airflow.hooks.retry import retry_transient
 from hai_airflow.spec import (
     TERMINAL_STATES,
     DistributedJobSpec,
@@ -440,20 +442,17 @@ class BaseHaiJobOperator(BaseOperator):
     def _wait_blocking(self, hook: HaiHook, job: JobView) -> HaiJobEvent:
         """Non-deferrable mode: the same long-poll as the trigger, in this worker."""
         client = hook.get_conn()
-        backoff = Backoff()
         state: str = job.state
         self.log.info(describe_transition(job, None))
         while not is_done(state, ()):
             try:
-                job = client.wait(job.id, since_state=state, timeout=self.poll_timeout)
+                job = retry_transient(
+                    partial(client.wait, job.id, since_state=state, timeout=self.poll_timeout),
+                    what=f"following hai job {job.id}",
+                    log=self.log,
+                )
             except HaiError as e:
-                if not is_transient(e):
-                    raise AirflowException(f"lost track of hai job {job.id}: {e.message}") from None
-                delay = backoff.next_delay()
-                self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
-                time.sleep(delay)
-                continue
-            backoff.reset()
+                raise AirflowException(f"lost track of hai job {job.id}: {e.message}") from None
             if job.state != state:
                 self.log.info(describe_transition(job, state))
                 state = job.state

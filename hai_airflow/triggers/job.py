@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterable
+from functools import partial
 from typing import Any, Literal
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.client import AsyncHaiClient, HaiError
-from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiAsyncHook, is_transient
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
+from hai_airflow.hooks.retry import aretry_transient
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView, PriorityClass
 
 LOG_TAIL_ATTEMPTS = 4
@@ -137,19 +138,17 @@ class HaiJobTrigger(BaseTrigger):
         yield TriggerEvent(event.model_dump(mode="json"))
 
     async def _follow(self, client: AsyncHaiClient, hook: HaiAsyncHook) -> HaiJobEvent:
-        backoff = Backoff(self.max_backoff)
         state: str | None = None
         while True:
             try:
-                job = await client.wait(self.job_id, since_state=state, timeout=self.poll_timeout)
+                job = await aretry_transient(
+                    partial(client.wait, self.job_id, since_state=state, timeout=self.poll_timeout),
+                    what=f"following hai job {self.job_id}",
+                    log=self.log,
+                    max_backoff=self.max_backoff,
+                )
             except HaiError as e:
-                if not is_transient(e):
-                    return HaiJobEvent(status="error", job_id=self.job_id, message=e.message)
-                delay = backoff.next_delay()
-                self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
-                await asyncio.sleep(delay)
-                continue
-            backoff.reset()
+                return HaiJobEvent(status="error", job_id=self.job_id, message=e.message)
             if job.state != state:
                 self.log.info(describe_transition(job, state))
                 state = job.state
@@ -158,16 +157,17 @@ class HaiJobTrigger(BaseTrigger):
 
     async def _log_tail(self, client: AsyncHaiClient, hook: HaiAsyncHook) -> list[str]:
         """The log tail for the event; a few retries when the server is briefly away, then none."""
-        backoff = Backoff(self.max_backoff)
-        for attempt in range(LOG_TAIL_ATTEMPTS):
-            try:
-                return await hook.log_tail(client, self.job_id, self.log_tail_lines)
-            except HaiError as e:
-                if not is_transient(e) or attempt == LOG_TAIL_ATTEMPTS - 1:
-                    self.log.warning("could not read the log of hai job %s: %s", self.job_id, e.message)
-                    break
-                await asyncio.sleep(backoff.next_delay())
-        return []
+        try:
+            return await aretry_transient(
+                lambda: hook.log_tail(client, self.job_id, self.log_tail_lines),
+                what=f"reading the log of hai job {self.job_id}",
+                log=self.log,
+                max_backoff=self.max_backoff,
+                attempts=LOG_TAIL_ATTEMPTS,
+            )
+        except HaiError as e:
+            self.log.warning("could not read the log of hai job %s: %s", self.job_id, e.message)
+            return []
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: cancel the job unless `cancel_on_kill` is off."""

@@ -10,7 +10,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.client import HaiError
-from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiAsyncHook, is_transient
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
+from hai_airflow.hooks.retry import aretry_transient
 
 
 class HaiQuotaEvent(BaseModel):
@@ -63,23 +64,21 @@ class HaiQuotaTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = HaiAsyncHook(self.hai_conn_id)
-        backoff = Backoff(self.max_backoff)
         said = ""
         async with await hook.get_conn() as client:
             while True:
                 try:
-                    check = await client.check_high_priority(self.gpus)
+                    check = await aretry_transient(
+                        lambda: client.check_high_priority(self.gpus),
+                        what="checking the high-priority quota",
+                        log=self.log,
+                        max_backoff=self.max_backoff,
+                    )
                 except HaiError as e:
-                    if not is_transient(e):
-                        yield TriggerEvent(
-                            HaiQuotaEvent(status="error", gpus=self.gpus, reason=e.message).model_dump()
-                        )
-                        return
-                    delay = backoff.next_delay()
-                    self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
-                    await asyncio.sleep(delay)
-                    continue
-                backoff.reset()
+                    yield TriggerEvent(
+                        HaiQuotaEvent(status="error", gpus=self.gpus, reason=e.message).model_dump()
+                    )
+                    return
                 reason = str(check.get("reason") or "")
                 if check.get("allowed"):
                     yield TriggerEvent(
