@@ -12,6 +12,7 @@ from hai_airflow.cli.create import submit_and_report
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.jobspec import GpuJobFlags, JobFlags, SubmitFlags, build_spec, join_command
 from hai_airflow.cli.output import OutputFlags, help_without_subcommand, usage_error
+from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import ResourcePackageView
 
 app = typer.Typer(
@@ -72,18 +73,6 @@ CommandArgument = Annotated[
 ]
 
 
-def smallest_package(
-    packages: Sequence[ResourcePackageView], gpus: int, gpu_type: str | None
-) -> ResourcePackageView | None:
-    """The smallest package holding at least `gpus` GPUs of `gpu_type` (any type when None).
-
-    Smallest means, in order: 1. fewest GPUs, 2. fewest CPUs, 3. least memory, 4. lowest id.
-    """
-    wanted = gpu_type.casefold() if gpu_type else None
-    fitting = [p for p in packages if p.gpus >= gpus and (wanted is None or p.gpu_type.casefold() == wanted)]
-    return min(fitting, key=lambda p: (p.gpus, p.cpus, p.memory_gb, p.id), default=None)
-
-
 def _package_for(
     packages: Sequence[ResourcePackageView], gpus: int, gpu_type: str | None
 ) -> ResourcePackageView:
@@ -91,10 +80,9 @@ def _package_for(
         usage_error("--gpus must be 1 or more. For a job without GPUs use `hai submit cpu`")
     package = smallest_package(packages, gpus, gpu_type)
     if package is None:
-        offered = ", ".join(sorted({f"{p.gpus}x{p.gpu_type}" for p in packages if p.gpus})) or "none"
         usage_error(
             f"no resource package has {gpus} {gpu_type or ''} GPUs".replace("  ", " ")
-            + f" (offered: {offered}). Pick --gpus and --gpu-type from `hai res`"
+            + f" (offered: {offered(packages)}). Pick --gpus and --gpu-type from `hai res`"
         )
     return package
 

@@ -20,6 +20,7 @@ from hai_airflow.client import HaiClient, HaiError
 from hai_airflow.dashboard.extra_link import JOB_ID_XCOM_KEY, HaiJobLink
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
 from hai_airflow.hooks.retry import retry_transient
+from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import (
     TERMINAL_STATES,
     DistributedJobSpec,
@@ -107,28 +108,25 @@ def choose_package(
     gpu_type: str | None,
     field: str,
 ) -> int:
-    """The package to submit with: the one named, else the smallest id with `gpus` GPUs (of `gpu_type`)."""
+    """The package to submit with: the one named, else the one `hai submit` would pick for `gpus`
+    (:func:`~hai_airflow.scheduling.packages.smallest_package`: at least that many, of `gpu_type`)."""
     if package_id not in (None, ""):
         package = find_package(packages, int(package_id), field)
-        if gpus not in (None, "") and int(gpus) != package.gpus:
+        if gpus not in (None, "") and package.gpus < int(gpus):
             raise AirflowFailException(
-                f"`{field}`: package {package.id} ({package.name}) has {package.gpus} GPUs, not {gpus}; "
-                "give only one of the two, or make them agree"
+                f"`{field}`: package {package.id} ({package.name}) has {package.gpus} GPUs, "
+                f"fewer than {gpus}; give only one of the two, or make them agree"
             )
         return package.id
     if gpus in (None, ""):
         raise AirflowFailException(f"`{field}` or a GPU count is required; `hai res` lists the packages")
-    fits = [
-        p
-        for p in packages
-        if p.gpus == int(gpus) and (not gpu_type or p.gpu_type.lower() == str(gpu_type).lower())
-    ]
-    if not fits:
-        have = ", ".join(f"{p.id}={p.name}" for p in packages) or "none"
+    chosen = smallest_package(packages, int(gpus), str(gpu_type) if gpu_type else None)
+    if chosen is None:
         raise AirflowFailException(
-            f"no resource package has {gpus} x {gpu_type or 'any GPU'} (packages: {have})"
+            f"no resource package has {gpus} x {gpu_type or 'any GPU'} (offered: {offered(packages)}); "
+            "pick the GPU count and type from `hai res`"
         )
-    return min(fits, key=lambda p: p.id).id
+    return chosen.id
 
 
 def processes_field(processes: str | None) -> dict[str, str]:

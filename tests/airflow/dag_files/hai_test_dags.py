@@ -47,7 +47,7 @@ hai_over_quota_wait_blocking = high_priority_dag(
 )
 
 with DAG(dag_id="hai_bad_spec", schedule=None, start_date=START, catchup=False) as hai_bad_spec:
-    HaiStandaloneTrainingOperator(task_id="train", code_path="/tmp", cmd="true", gpus=3, retries=2)
+    HaiStandaloneTrainingOperator(task_id="train", code_path="/tmp", cmd="true", gpus=16, retries=2)
 
 WATCH = {
     "job_id": Param(0, type="integer"),

@@ -128,6 +128,6 @@ def test_bad_spec_fails_without_submitting(
 
     assert task_states(run) == {"train": "failed"}
     out = capfd.readouterr().out
-    assert "no resource package has 3 x any GPU" in out
+    assert "no resource package has 16 x any GPU" in out
     with server.client() as client:
         assert client.jobs(all=True) == []
