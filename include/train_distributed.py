@@ -1,7 +1,9 @@
 """Sample distributed job: data-parallel training of the sample MLP on 2+ workers, resuming where it stopped.
 
-Launched by the platform with RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT set
-(torch.distributed: gloo on CPU, NCCL on GPUs), or by horovodrun/mpirun when Horovod is installed.
+Submitted as `python3 train_distributed.py`: the platform starts one process per GPU of every worker
+with Horovod's variables (then Horovod is used when it is installed) and torch.distributed's (RANK,
+WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: gloo on CPU, NCCL on GPUs). horovodrun or mpirun in
+the command work too, with the job's `processes` set to per-worker.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from classifier import (
 )
 from torch import nn
 
-from hai_airflow.training import Checkpointer, TrainingLoop, device, rank, scaled_lr, size
+from hai_airflow.training import Checkpointer, TrainingLoop, device, local_rank, rank, scaled_lr, size
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,7 +52,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--backend",
         choices=("auto", "torch", "horovod"),
         default="auto",
-        help="auto: Horovod when it is installed and horovodrun or mpirun started this process, else torch",
+        help="auto: Horovod when it is installed and the platform, horovodrun or mpirun started this "
+        "process with a rendezvous, else torch.distributed",
     )
     return parser.parse_args(argv)
 
@@ -89,17 +92,24 @@ class Collective:
     def wrap(
         self, model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> tuple[nn.Module, torch.optim.Optimizer]:
-        """Make gradients averaged across ranks and start every rank from rank 0's weights."""
+        """Make gradients averaged across ranks: the model to train and the optimizer to step.
+
+        Load a checkpoint into what this returns, not before: Horovod's DistributedOptimizer is a new
+        optimizer over the same parameters, and the state of the one it wraps is left behind.
+        """
         if self.horovod:
             hvd = self.hvd
-            optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
-            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-            return model, optimizer
+            return model, hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device()] if torch.cuda.is_available() else None
         return DistributedDataParallel(model, device_ids=ids), optimizer
+
+    def start_together(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Start every rank from rank 0's weights and optimizer state (DDP did so when it wrapped)."""
+        if self.horovod:
+            self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def all_values(self, value: int) -> list[int]:
         """``value`` from every rank."""
@@ -133,6 +143,7 @@ def train(args: argparse.Namespace, collective: Collective) -> int:
     optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=scaled_lr(args.lr))
 
     # Every rank reads the shared model directory; only rank 0 ever writes it.
+    trained, optimizer = collective.wrap(model, optimizer)
     checkpointer = Checkpointer(args.model_dir, keep=args.keep)
     start, resumed_from = 0, None
     if (last := checkpointer.load_latest()) is not None:
@@ -145,12 +156,14 @@ def train(args: argparse.Namespace, collective: Collective) -> int:
             f"Error: ranks found different checkpoints (steps {starts}). "
             "Give every worker the same shared --model-dir / $HAI_MODEL_DIR."
         )
-    trained, optimizer = collective.wrap(model, optimizer)
+    collective.start_together(model, optimizer)
 
     def state() -> dict[str, object]:
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
     me, world = rank(), size()
+    used = "Horovod" if collective.horovod else "torch.distributed"
+    print(f"rank {me} of {world} (local rank {local_rank()}) on {used}", flush=True)
     try:
         with TrainingLoop(checkpointer, state, every=args.ckpt_every) as loop:
             for step in loop.steps(args.steps, start):
@@ -174,7 +187,9 @@ def train(args: argparse.Namespace, collective: Collective) -> int:
         "resumed_from": resumed_from,
         "weights_sha256": digest,
         "rank": me,
+        "local_rank": local_rank(),
         "size": world,
+        "collective": "horovod" if collective.horovod else "torch.distributed",
     }
     write_json(out / f"final-rank{me}.json", metrics)
     if me == 0:

@@ -10,7 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, launch_mounts
-from hai_airflow.backends.workerenv import WorkerSlot, worker_env, worker_slots
+from hai_airflow.backends.workerenv import (
+    Gang,
+    WorkerSlot,
+    gang_env,
+    launcher_argv,
+    per_gpu,
+    worker_env,
+    worker_slots,
+)
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
 
@@ -20,6 +28,7 @@ LABEL_INSTANCE = "hai.instance-id"
 LABEL_WORKER = "hai.worker"
 NOTICE_NAME = "preempt-notice"
 MASTER_PORT = 29500
+RENDEZVOUS_PORT = 29400
 TRAP_TERM = "trap 'exit $?' TERM INT HUP\n"
 """Prefix of every command: the shell outlives SIGTERM until its command has exited (see `command`)."""
 
@@ -93,6 +102,13 @@ def command(cmd: str) -> list[str]:
     return ["/bin/sh", "-c", TRAP_TERM + cmd]
 
 
+def worker_command(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> list[str]:
+    """The rank launcher for a per-gpu job (it handles SIGTERM itself), else the command in a shell."""
+    if per_gpu(launch.spec):
+        return launcher_argv(launch.spec.cmd, slot, gang_of(launch, opts))
+    return command(launch.spec.cmd)
+
+
 def uses_bridge(launch: Launch, opts: DockerOptions) -> bool:
     return isinstance(launch.spec, DistributedJobSpec) and opts.distributed_network == "bridge"
 
@@ -104,6 +120,15 @@ def master_addr_port(launch: Launch, opts: DockerOptions) -> tuple[str, int]:
         return container_name(launch.instance_id, 0), MASTER_PORT
     # On the host network instances share ports: spread them by instance id.
     return "127.0.0.1", 20000 + launch.instance_id % 10000
+
+
+def gang_of(launch: Launch, opts: DockerOptions) -> Gang:
+    """Where the processes of a per-gpu instance meet: worker 0's container, or this host's loopback."""
+    addr, port = master_addr_port(launch, opts)
+    if uses_bridge(launch, opts):
+        return Gang(addr, port, addr, RENDEZVOUS_PORT, "eth0", "0.0.0.0")
+    # One container (a standalone job), or the host's network shared by every instance.
+    return Gang("127.0.0.1", port, "127.0.0.1", port + 10000, "lo", "127.0.0.1")
 
 
 def engine_sockets(opts: DockerOptions) -> tuple[str, ...]:
@@ -130,9 +155,12 @@ def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict[s
     distributed = isinstance(launch.spec, DistributedJobSpec)
     addr, port = master_addr_port(launch, opts)
     env = {**launch.env, **launch.spec.env}
-    env |= worker_env(slot, len(launch.placement), distributed, port)
-    if distributed:
-        env["MASTER_ADDR"] = addr
+    if per_gpu(launch.spec):
+        env |= gang_env(slot, len(slots_of(launch)), gang_of(launch, opts))
+    else:
+        env |= worker_env(slot, len(launch.placement), distributed, port)
+        if distributed:
+            env["MASTER_ADDR"] = addr
     if slot.gpus and not opts.virtual_gpus:
         # The engine passes only the placement's GPUs, which the container numbers from 0.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
@@ -156,7 +184,7 @@ def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict
     worker = launch.placement[slot.rank] if launch.placement else WorkerPlacement(node="docker", gpus=())
     kwargs: dict[str, Any] = {
         "image": image_of(launch),
-        "command": command(launch.spec.cmd),
+        "command": worker_command(launch, slot, opts),
         "name": container_name(launch.instance_id, slot.rank),
         "hostname": container_name(launch.instance_id, slot.rank),
         "working_dir": code_dir(launch),

@@ -11,7 +11,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine, job_paths, launch_rules
-from hai_airflow.backends.workerenv import WorkerSlot, worker_env, worker_slots
+from hai_airflow.backends.workerenv import (
+    Gang,
+    WorkerSlot,
+    gang_env,
+    launcher_argv,
+    per_gpu,
+    worker_env,
+    worker_slots,
+)
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
 
@@ -31,6 +39,7 @@ RUN_DIR = "/hai/run"
 NOTICE_PATH = f"{RUN_DIR}/preempt-notice"
 GIT_DIR = "/hai/code"
 MASTER_PORT = 29500
+RENDEZVOUS_PORT = 29400
 SSHD_CAPABILITIES: tuple[str, ...] = (
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID",
     "SYS_CHROOT",
@@ -165,13 +174,19 @@ def _storage_path(opts: KubernetesOptions, storage_id: int) -> str:
 
 
 def environment(
-    launch: Launch, slot: WorkerSlot, opts: KubernetesOptions, master_addr: str
+    launch: Launch, slot: WorkerSlot, opts: KubernetesOptions, master_addr: str, launcher: bool = True
 ) -> dict[str, str]:
-    """Section 4 variables, the job's `env`, the worker's ranks; paths rewritten to the pod's view."""
+    """Section 4 variables, the job's `env`, the worker's ranks; paths rewritten to the pod's view.
+
+    Without `launcher` (an MPIJob's pods) a per-gpu job gets no rendezvous of the platform: mpirun's.
+    """
     env = {**launch.env, **launch.spec.env}
-    env |= worker_env(slot, max(1, len(launch.placement)), is_distributed(launch), MASTER_PORT)
-    if is_distributed(launch):
-        env["MASTER_ADDR"] = master_addr
+    if launcher and per_gpu(launch.spec):
+        env |= gang_env(slot, len(slots(launch)), gang_of(launch, master_addr))
+    else:
+        env |= worker_env(slot, max(1, len(launch.placement)), is_distributed(launch), MASTER_PORT)
+        if is_distributed(launch):
+            env["MASTER_ADDR"] = master_addr
     if slot.gpus and not opts.virtual_gpus:
         # The device plugin decides which GPUs the pod gets; inside, they are numbered from 0.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
@@ -181,6 +196,20 @@ def environment(
         if storage_id in launch.storages:
             env[f"HAI_PROJECT_STORAGE_{storage_id}"] = _storage_path(opts, storage_id)
     return env
+
+
+def gang_of(launch: Launch, master_addr: str) -> Gang:
+    """Where a per-gpu instance's processes meet: worker 0's pod (by DNS name), or inside the one pod."""
+    if is_distributed(launch):
+        return Gang(master_addr, MASTER_PORT, master_addr, RENDEZVOUS_PORT, "eth0", "0.0.0.0")
+    return Gang("127.0.0.1", MASTER_PORT, "127.0.0.1", RENDEZVOUS_PORT, "lo", "127.0.0.1")
+
+
+def worker_command(launch: Launch, slot: WorkerSlot, master_addr: str) -> list[str]:
+    """The rank launcher for a per-gpu job, else the job's command in a shell."""
+    if per_gpu(launch.spec):
+        return launcher_argv(launch.spec.cmd, slot, gang_of(launch, master_addr))
+    return ["/bin/sh", "-c", launch.spec.cmd]
 
 
 def _resources(worker: WorkerPlacement, opts: KubernetesOptions) -> dict[str, Any]:
@@ -382,7 +411,8 @@ def worker_pods(launch: Launch, opts: KubernetesOptions) -> list[dict[str, Any]]
         name = pod_name(opts, launch.instance_id, slot.rank)
         labels = {**instance_labels(opts, launch), LABEL_WORKER: str(slot.rank)}
         env = environment(launch, slot, opts, master)
-        spec = pod_spec(launch, opts, worker, env, ["/bin/sh", "-c", launch.spec.cmd], [worker.node])
+        command = worker_command(launch, slot, master)
+        spec = pod_spec(launch, opts, worker, env, command, [worker.node])
         if gang:
             # With the headless Service of the same name, rank 0 is reachable as <pod>.<service>.
             spec["hostname"] = name
@@ -417,7 +447,10 @@ def gang_service(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": instance_labels(opts, launch),
-            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+            "ports": [
+                {"name": "torch", "port": MASTER_PORT, "targetPort": MASTER_PORT},
+                {"name": "horovod", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT},
+            ],
         },
     }
 
@@ -440,7 +473,7 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
     nodes = sorted({w.node for w in placement if w.node})
     labels = instance_labels(opts, launch)
     first = slots(launch)[0]
-    env = environment(launch, first, opts, "")
+    env = environment(launch, first, opts, "", launcher=False)
     # mpirun gives every process its rank; the per-worker rank variables would contradict it.
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                 "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",

@@ -24,6 +24,7 @@ from hai_airflow.backends.inventory import gpu_type
 from hai_airflow.backends.k8s_pods import BROKEN_AT_START, PodState, describe, pod_state
 from hai_airflow.backends.logs import read_tail
 from hai_airflow.backends.safefs import trusted_root, write_below
+from hai_airflow.backends.workerenv import per_gpu
 from hai_airflow.scheduling.model import Node
 from hai_airflow.spec import canonical_gpu_type
 
@@ -158,7 +159,8 @@ class KubernetesBackend:
         # Check the job's paths before anything is created (a refused one raises StartError).
         m.nas_mounts(launch, self.options)
         self._ensure_watch()
-        use_mpijob = m.is_distributed(launch) and self._mpi_operator_installed()
+        # mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only.
+        use_mpijob = m.is_distributed(launch) and per_gpu(launch.spec) and self._mpi_operator_installed()
         created: list[tuple[str, str]] = []
         try:
             if use_mpijob:

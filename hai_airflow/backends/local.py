@@ -6,7 +6,7 @@ import fnmatch
 import logging
 import math
 import os
-import shutil
+import shlex
 import signal
 import socket
 import subprocess
@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
@@ -38,11 +38,14 @@ from hai_airflow.backends.jobuser import (
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.supervisor import RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
+    MASTER_ADDR,
+    Gang,
     WorkerSlot,
     free_port,
+    gang_env,
     image_env,
-    mpirun_command,
-    mpirun_env,
+    launcher_argv,
+    per_gpu,
     worker_env,
     worker_slots,
 )
@@ -65,11 +68,6 @@ class LocalOptions(BaseModel):
         default_factory=dict,
         description="Image name -> a virtual environment whose bin/ goes first on PATH; "
         "images not listed are only recorded.",
-    )
-    launcher: Literal["workers", "mpirun"] = Field(
-        default="workers",
-        description="workers: one process per worker with torch.distributed/Horovod rank variables; "
-        "mpirun: one mpirun starting a process per GPU (needs mpirun on PATH).",
     )
     nvidia_smi: str = Field(default="nvidia-smi", description="The nvidia-smi command used by inventory().")
     failure_grace_seconds: float = Field(
@@ -99,6 +97,18 @@ class LocalOptions(BaseModel):
         description='OS user the jobs run as, or "{user}" for the account named like the job\'s owner '
         "(hai serve must run as root); unset: the server's own user.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_launcher(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "launcher" in data:
+            raise ValueError(
+                "launcher is no longer a backend option: how a job's processes start is the job's own "
+                "`processes` field (per-gpu, the default for distributed jobs, starts one process per GPU "
+                "with no mpirun; per-worker runs the command once per worker, e.g. `mpirun ...`); "
+                "remove launcher from [backend.options]"
+            )
+        return data
 
     @field_validator("run_as")
     @classmethod
@@ -220,7 +230,7 @@ class LocalBackend:
         )
         slots = worker_slots(placement)
         port = free_port()
-        plans = self._plans(spec.cmd, slots, base, distributed, port)
+        plans = self._plans(launch, slots, base, port)
         workers: list[_Worker] = []
         try:
             for slot, env, command in plans:
@@ -245,7 +255,7 @@ class LocalBackend:
                 "work_dir": str(launch.work_dir),
                 "cwd": str(cwd),
                 "image": image,
-                "launcher": self.options.launcher if distributed else "workers",
+                "processes": "per-gpu" if per_gpu(spec) else "per-worker",
                 "master_port": port,
                 "workers": [w.to_json() for w in workers],
             },
@@ -376,18 +386,23 @@ class LocalBackend:
         return self.home is not None and path.is_dir() and path.is_relative_to(self.home / "jobs")
 
     def _plans(
-        self, cmd: str, slots: list[WorkerSlot], base: dict[str, str], distributed: bool, port: int
+        self, launch: Launch, slots: list[WorkerSlot], base: dict[str, str], port: int
     ) -> list[tuple[WorkerSlot, dict[str, str], str]]:
-        """(worker, environment, command) for each process to start."""
-        if distributed and self.options.launcher == "mpirun":
-            mpirun = shutil.which("mpirun", path=base.get("PATH"))
-            if mpirun is None:
-                raise StartError(
-                    'the local backend\'s launcher is "mpirun" but mpirun is not on PATH; '
-                    'install Open MPI or set launcher = "workers"'
+        """(worker, environment, command) for each worker to start."""
+        spec = launch.spec
+        if per_gpu(spec):
+            # Every worker runs on this machine: the gang meets on the loopback interface.
+            gang = Gang(MASTER_ADDR, port, MASTER_ADDR, free_port(), "lo", MASTER_ADDR)
+            return [
+                (
+                    s,
+                    base | gang_env(s, len(slots), gang),
+                    "exec " + shlex.join(launcher_argv(spec.cmd, s, gang)),
                 )
-            return [(slots[0], base | mpirun_env(slots, port), mpirun_command(mpirun, cmd, slots))]
-        return [(s, base | worker_env(s, len(slots), distributed, port), cmd) for s in slots]
+                for s in slots
+            ]
+        distributed = spec.mode == "distributed"
+        return [(s, base | worker_env(s, len(slots), distributed, port), spec.cmd) for s in slots]
 
     def _spawn(
         self,

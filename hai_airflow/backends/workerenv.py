@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import shlex
 import socket
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from hai_airflow.backends import ranks
 from hai_airflow.scheduling.model import Placement
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
 MASTER_ADDR = "127.0.0.1"
 """Every worker of the local backend runs on this machine, whichever (virtual) node it is placed on."""
@@ -83,36 +85,71 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def mpirun_env(slots: list[WorkerSlot], master_port: int) -> dict[str, str]:
-    """Variables for an mpirun launch: every GPU of the instance, bound per process by local rank."""
-    gpus = [g for s in slots for g in s.gpus]
+RANKS_SOURCE = Path(ranks.__file__).read_text()
+"""The rank launcher, passed inline (`python3 -c`): a worker needs nothing installed to run it."""
+
+
+@dataclass(frozen=True)
+class Gang:
+    """Where the processes of a per-gpu instance meet: torch.distributed's store and Horovod's rendezvous."""
+
+    master_addr: str
+    master_port: int
+    rendezvous_addr: str
+    rendezvous_port: int
+    iface: str
+    """The network interface gloo uses between ranks (lo on one machine, eth0 in a container or pod)."""
+    serve_host: str
+    """Where worker 0's launcher listens for the rendezvous (its own address, or every interface)."""
+
+
+def per_gpu(spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec) -> bool:
+    """Whether the platform starts one process per GPU (the job's `processes`; CPU jobs never)."""
+    return not isinstance(spec, CpuJobSpec) and spec.processes == "per-gpu"
+
+
+def processes_of(slot: WorkerSlot) -> int:
+    """Processes of a per-gpu worker: one per GPU, one for a worker holding none."""
+    return max(1, len(slot.gpus))
+
+
+def gang_env(slot: WorkerSlot, workers: int, gang: Gang) -> dict[str, str]:
+    """The variables every process of a per-gpu worker shares: Horovod's gloo launcher's and torch's.
+
+    Each worker is one Horovod host: local ranks count the worker's processes (one per GPU, bound by
+    LOCAL_RANK to its GPU among CUDA_VISIBLE_DEVICES), cross ranks count workers. The launcher adds
+    the per-process RANK, LOCAL_RANK, HOROVOD_RANK and HOROVOD_LOCAL_RANK.
+    """
+    local = processes_of(slot)
+    size = workers * local
     return {
-        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in gpus),
-        "HAI_WORKER_INDEX": "0",
-        "HAI_WORKERS": str(len(slots)),
-        "HAI_NODE": slots[0].node,
-        "HAI_GPUS_PER_WORKER": str(len(slots[0].gpus)),
-        "MASTER_ADDR": MASTER_ADDR,
-        "MASTER_PORT": str(master_port),
+        "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in slot.gpus),
+        "HAI_WORKER_INDEX": str(slot.rank),
+        "HAI_WORKERS": str(workers),
+        "HAI_NODE": slot.node,
+        "HAI_GPUS_PER_WORKER": str(len(slot.gpus)),
+        "WORLD_SIZE": str(size),
+        "LOCAL_WORLD_SIZE": str(local),
+        "GROUP_RANK": str(slot.rank),
+        "MASTER_ADDR": gang.master_addr,
+        "MASTER_PORT": str(gang.master_port),
+        "HOROVOD_HOSTNAME": f"worker-{slot.rank}",
+        "HOROVOD_SIZE": str(size),
+        "HOROVOD_LOCAL_SIZE": str(local),
+        "HOROVOD_CROSS_RANK": str(slot.rank),
+        "HOROVOD_CROSS_SIZE": str(workers),
+        "HOROVOD_CONTROLLER": "gloo",
+        "HOROVOD_CPU_OPERATIONS": "gloo",
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": gang.rendezvous_addr,
+        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(gang.rendezvous_port),
+        "HOROVOD_GLOO_IFACE": gang.iface,
+        "NCCL_SOCKET_IFNAME": gang.iface,
+        "PYTHONUNBUFFERED": "1",
     }
 
 
-def mpirun_command(mpirun: str, cmd: str, slots: list[WorkerSlot]) -> str:
-    """One mpirun on this machine starting one process per GPU (per worker for CPU-only workers)."""
-    processes = sum(max(1, len(s.gpus)) for s in slots)
-    argv = [
-        mpirun,
-        "--allow-run-as-root",
-        "-np",
-        str(processes),
-        "-H",
-        f"localhost:{processes}",
-        "--bind-to",
-        "none",
-        "--map-by",
-        "slot",
-        "/bin/sh",
-        "-c",
-        cmd,
-    ]
-    return shlex.join(argv)
+def launcher_argv(cmd: str, slot: WorkerSlot, gang: Gang, python: str = "python3") -> list[str]:
+    """The worker's argv: the rank launcher, serving the rendezvous on worker 0, starting `cmd` per GPU."""
+    local = processes_of(slot)
+    serve = f"{gang.serve_host}:{gang.rendezvous_port}" if slot.rank == 0 else "-"
+    return [python, "-I", "-S", "-c", RANKS_SOURCE, str(local), str(slot.rank * local), serve, cmd]

@@ -216,3 +216,39 @@ def test_the_node_selector_gets_the_canonical_gpu_type(given: str) -> None:
     spec = StandaloneJobSpec(task_name="t", code_path="/nas/u/p", cmd="true", resource_pkg=1, gpu_type=given)
     (pod,) = m.worker_pods(launch(spec, (WorkerPlacement("node-a", (0,)),)), m.KubernetesOptions())
     assert pod["spec"]["nodeSelector"] == {"hai.io/gpu-type": "A100"}
+
+
+def test_a_per_gpu_gang_runs_the_rank_launcher_and_finds_worker_0_by_its_dns_name() -> None:
+    pods = m.worker_pods(distributed(), m.KubernetesOptions(namespace="hai"))
+    master = "hai-42-w0.hai-42"
+    for rank, pod in enumerate(pods):
+        (container,) = pod["spec"]["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        # python3 -I -S -c <launcher> <processes> <first rank> <serve> <command>
+        serve = "0.0.0.0:29400" if rank == 0 else "-"
+        assert container["command"][5:] == ["8", str(rank * 8), serve, "python3 train_hvd.py"]
+        assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == env["MASTER_ADDR"] == master
+        assert (env["HOROVOD_SIZE"], env["HOROVOD_CROSS_RANK"], env["HOROVOD_GLOO_IFACE"]) == (
+            "16",
+            str(rank),
+            "eth0",
+        )
+    ports = {
+        p["name"]: p["port"] for p in m.gang_service(distributed(), m.KubernetesOptions())["spec"]["ports"]
+    }
+    assert ports == {"torch": 29500, "horovod": 29400}
+    # An MPIJob's ranks meet through mpirun, never through a store nobody serves.
+    launcher = m.mpijob(distributed(), m.KubernetesOptions())["spec"]["mpiReplicaSpecs"]["Launcher"]
+    names = {e["name"] for e in launcher["template"]["spec"]["containers"][0]["env"]}
+    assert not {n for n in names if n.startswith("HOROVOD_")}
+
+
+def test_a_per_worker_job_runs_its_command_in_a_shell_once_per_pod() -> None:
+    job = distributed()
+    job = replace(job, spec=job.spec.model_copy(update={"processes": "per-worker"}))
+    pods = m.worker_pods(job, m.KubernetesOptions())
+    assert [p["spec"]["containers"][0]["command"] for p in pods] == [
+        ["/bin/sh", "-c", "python3 train_hvd.py"]
+    ] * 2
+    env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
+    assert (env["RANK"], env["WORLD_SIZE"]) == ("1", "2")

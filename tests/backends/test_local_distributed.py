@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import re
-import shutil
+import signal
 import time
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from hai_airflow.backends import procs
-from hai_airflow.backends.base import StartError
-from hai_airflow.backends.local import worker_log_path
+from hai_airflow.backends.local import LocalOptions, worker_log_path
 
 from .conftest import Cluster
 
@@ -23,8 +25,14 @@ PRINT_RANKS = (
 )
 
 
-def test_two_workers_see_their_ranks_and_one_rendezvous(cluster: Cluster) -> None:
-    h = cluster.start(PRINT_RANKS, mode="distributed", gpus=((0, 1), (2, 3)), nodes=("node-a", "node-a"))
+def test_per_worker_processes_see_worker_ranks_and_one_rendezvous(cluster: Cluster) -> None:
+    h = cluster.start(
+        PRINT_RANKS,
+        mode="distributed",
+        gpus=((0, 1), (2, 3)),
+        nodes=("node-a", "node-a"),
+        processes="per-worker",
+    )
     ended = cluster.wait(h.instance_id)
     assert (ended.exit_code, ended.reason) == (0, "completed")
     combined = cluster.backend.read_log(h.instance_id)
@@ -43,12 +51,92 @@ def test_two_workers_see_their_ranks_and_one_rendezvous(cluster: Cluster) -> Non
     assert re.fullmatch(r"R=1 W=2 .* C=2,3 I=1 N=node-a G=2 J=101\n", worker1)
 
 
-def test_workers_on_different_nodes_have_local_rank_zero(cluster: Cluster) -> None:
-    h = cluster.start(PRINT_RANKS, mode="distributed", gpus=((0,), (0,)), nodes=("node-a", "node-b"))
+def test_per_worker_processes_on_different_nodes_have_local_rank_zero(cluster: Cluster) -> None:
+    h = cluster.start(
+        PRINT_RANKS,
+        mode="distributed",
+        gpus=((0,), (0,)),
+        nodes=("node-a", "node-b"),
+        processes="per-worker",
+    )
     assert cluster.wait(h.instance_id).exit_code == 0
     lines = sorted(cluster.backend.read_log(h.instance_id).splitlines())
     assert [re.findall(r"L=(\d) LS=(\d)", x) for x in lines] == [[("0", "1")], [("0", "1")]]
     assert [re.findall(r"N=(\S+)", x) for x in lines] == [["node-a"], ["node-b"]]
+
+
+PRINT_GANG = (
+    'echo "R=$RANK W=$WORLD_SIZE L=$LOCAL_RANK LS=$LOCAL_WORLD_SIZE HR=$HOROVOD_RANK HS=$HOROVOD_SIZE '
+    "HL=$HOROVOD_LOCAL_RANK HLS=$HOROVOD_LOCAL_SIZE HC=$HOROVOD_CROSS_RANK HCS=$HOROVOD_CROSS_SIZE "
+    "HH=$HOROVOD_HOSTNAME CTL=$HOROVOD_CONTROLLER OPS=$HOROVOD_CPU_OPERATIONS IF=$HOROVOD_GLOO_IFACE "
+    "RA=$HOROVOD_GLOO_RENDEZVOUS_ADDR RP=$HOROVOD_GLOO_RENDEZVOUS_PORT A=$MASTER_ADDR P=$MASTER_PORT "
+    'C=$CUDA_VISIBLE_DEVICES I=$HAI_WORKER_INDEX"'
+)
+
+
+def test_per_gpu_processes_get_the_variables_horovods_gloo_launcher_gives_its_ranks(
+    cluster: Cluster,
+) -> None:
+    # The platform document's definitions: rank 0..size-1 over all GPUs, local rank within a worker.
+    h = cluster.start(PRINT_GANG, mode="distributed", gpus=((0, 1), (2, 3)), nodes=("node-a", "node-b"))
+    ended = cluster.wait(h.instance_id, timeout=10)
+    assert (ended.exit_code, ended.reason) == (0, "completed")
+    lines = sorted(cluster.backend.read_log(h.instance_id).splitlines())
+    assert len(lines) == 4
+    found = [dict(kv.split("=", 1) for kv in line.split("] ", 2)[2].split()) for line in lines]
+    ports = {(f["P"], f["RP"]) for f in found}
+    assert len(ports) == 1 and len(set(next(iter(ports)))) == 2, "one store each for torch and Horovod"
+    for rank, (line, f) in enumerate(zip(lines, found, strict=True)):
+        worker, local = divmod(rank, 2)
+        assert line.startswith(f"[worker {worker}] [rank {rank}] ")
+        assert (f["R"], f["HR"], f["L"], f["HL"]) == (str(rank), str(rank), str(local), str(local))
+        assert (f["W"], f["HS"], f["LS"], f["HLS"]) == ("4", "4", "2", "2")
+        assert (f["HC"], f["HCS"], f["HH"], f["I"]) == (str(worker), "2", f"worker-{worker}", str(worker))
+        assert (f["CTL"], f["OPS"], f["IF"], f["RA"], f["A"]) == (
+            "gloo",
+            "gloo",
+            "lo",
+            "127.0.0.1",
+            "127.0.0.1",
+        )
+        # Every process sees its worker's GPUs and binds the one LOCAL_RANK names.
+        assert f["C"] == ("0,1" if worker == 0 else "2,3")
+
+
+def test_a_standalone_job_may_ask_for_a_process_per_gpu(cluster: Cluster) -> None:
+    h = cluster.start('echo "R=$RANK of $WORLD_SIZE"', gpus=((0, 1, 2),), processes="per-gpu")
+    assert cluster.wait(h.instance_id, timeout=10).exit_code == 0
+    assert sorted(cluster.backend.read_log(h.instance_id).splitlines()) == [
+        f"[rank {r}] R={r} of 3" for r in range(3)
+    ]
+
+
+def test_a_rank_killed_by_hand_stops_the_whole_instance_within_seconds(cluster: Cluster) -> None:
+    cmd = "echo $$ > pid$RANK; exec sleep 60"
+    h = cluster.start(cmd, mode="distributed", gpus=((0, 1), (2, 3)))
+    pid_file = cluster.code / "pid3"
+    deadline = time.monotonic() + 10
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.monotonic() < deadline, "rank 3 never started"
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    ended = cluster.wait(h.instance_id, timeout=10)
+    assert time.monotonic() - t0 < 5, "the other ranks were not stopped promptly"
+    assert (ended.exit_code, ended.reason) == (137, "worker 1 on node-1 failed: exit code 137")
+    assert "hai: rank 3 was killed by signal 9; stopping rank(s) 2" in cluster.backend.read_log(h.instance_id)
+    for w in h.data["workers"]:
+        assert not procs.is_alive(w["pid"], w["start_time"])
+    for rank in range(3):
+        assert _gone(int((cluster.code / f"pid{rank}").read_text()))
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
 
 
 def test_one_failing_worker_stops_the_other_and_fails_the_instance(cluster: Cluster) -> None:
@@ -60,7 +148,7 @@ def test_one_failing_worker_stops_the_other_and_fails_the_instance(cluster: Clus
     assert (ended.exit_code, ended.reason) == (7, "worker 1 on node-1 failed: exit code 7")
     w0 = h.data["workers"][0]
     assert not procs.is_alive(w0["pid"], w0["start_time"])
-    assert "[worker 1] bye" in cluster.backend.read_log(h.instance_id)
+    assert "[worker 1] [rank 1] bye" in cluster.backend.read_log(h.instance_id)
 
 
 def test_a_worker_ignoring_sigterm_after_a_failure_is_killed(cluster: Cluster) -> None:
@@ -108,11 +196,10 @@ def test_an_elastic_stop_lets_every_worker_save_and_log_before_the_instance_exit
     ended = cluster.wait(h.instance_id, timeout=5)
     assert (ended.exit_code, ended.reason) == (75, "exit code 75")
     combined = cluster.backend.read_log(h.instance_id)
-    assert "[worker 0] saved by rank 0" in combined and "[worker 1] saved by rank 1" in combined
+    assert "[worker 0] [rank 0] saved by rank 0" in combined
+    assert "[worker 1] [rank 1] saved by rank 1" in combined
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is not None, reason="checks the error when mpirun is absent")
-def test_mpirun_launcher_without_mpirun_is_a_start_error(cluster: Cluster) -> None:
-    backend = cluster.new_backend(launcher="mpirun")
-    with pytest.raises(StartError, match="mpirun is not on PATH"):
-        backend.start(cluster.launch("true", mode="distributed", gpus=((0,), (1,))))
+def test_the_old_server_wide_launcher_option_is_refused_with_the_job_field_to_use() -> None:
+    with pytest.raises(ValidationError, match=r"launcher is no longer a backend option.*`processes`"):
+        LocalOptions(launcher="mpirun")

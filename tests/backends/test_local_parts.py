@@ -1,4 +1,4 @@
-"""The local backend's pure parts: worker slots and variables, image PATH, mpirun line, log tails."""
+"""The local backend's pure parts: worker slots and variables, image PATH, the rank launcher, log tails."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ from pathlib import Path
 
 from hai_airflow.backends.logs import read_tail
 from hai_airflow.backends.workerenv import (
+    Gang,
     WorkerSlot,
+    gang_env,
     image_env,
-    mpirun_command,
-    mpirun_env,
+    launcher_argv,
     worker_env,
     worker_slots,
 )
@@ -55,12 +56,33 @@ def test_image_env_puts_the_venv_first_and_leaves_others_alone() -> None:
     assert image_env({"PATH": "/usr/bin"}, None) == {"PATH": "/usr/bin"}
 
 
-def test_mpirun_starts_one_process_per_gpu_with_every_gpu_visible() -> None:
-    slots = worker_slots((W("a", (0, 1)), W("a", (2, 3))))
-    cmd = mpirun_command("/usr/bin/mpirun", "python3 train.py --lr 0.1", slots)
-    assert cmd.startswith("/usr/bin/mpirun --allow-run-as-root -np 4 -H localhost:4 ")
-    assert cmd.endswith("/bin/sh -c 'python3 train.py --lr 0.1'")
-    assert mpirun_env(slots, 1)["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+def test_the_rank_launcher_starts_one_process_per_gpu_and_worker_0_serves_the_rendezvous() -> None:
+    gang = Gang("w0", 29500, "w0", 29400, "eth0", "0.0.0.0")
+    first, second = worker_slots((W("a", (0, 1, 2)), W("b", (4, 5, 6))))
+    argv = launcher_argv("python3 train.py --lr 0.1", first, gang)
+    assert argv[:3] == ["python3", "-I", "-S"] and argv[5:] == [
+        "3",
+        "0",
+        "0.0.0.0:29400",
+        "python3 train.py --lr 0.1",
+    ]
+    assert launcher_argv("x", second, gang)[5:] == ["3", "3", "-", "x"]
+    env = gang_env(second, 2, gang)
+    assert (env["WORLD_SIZE"], env["HOROVOD_SIZE"], env["HOROVOD_LOCAL_SIZE"]) == ("6", "6", "3")
+    assert (env["HOROVOD_CROSS_RANK"], env["HOROVOD_CROSS_SIZE"], env["CUDA_VISIBLE_DEVICES"]) == (
+        "1",
+        "2",
+        "4,5,6",
+    )
+    # The per-process variables are the launcher's to set, never shared by a whole worker.
+    assert not {"RANK", "LOCAL_RANK", "HOROVOD_RANK", "HOROVOD_LOCAL_RANK"} & set(env)
+
+
+def test_a_worker_without_gpus_runs_one_process() -> None:
+    (slot,) = worker_slots((W("a", ()),))
+    gang = Gang("127.0.0.1", 1, "127.0.0.1", 2, "lo", "127.0.0.1")
+    assert launcher_argv("x", slot, gang)[5:7] == ["1", "0"]
+    assert gang_env(slot, 1, gang)["HOROVOD_SIZE"] == "1"
 
 
 def test_read_tail_crosses_block_boundaries(tmp_path: Path) -> None:

@@ -128,7 +128,11 @@ def test_first_start_writes_a_default_config_and_a_private_token(tmp_path: Path)
         pytest.param("[server]\nport = 0\n", "server.port", id="port out of range"),
         pytest.param("[server]\npolicy = 'lottery'\n", "server.policy", id="unknown policy"),
         pytest.param("[server]\nbackend = 'mainframe'\n", "server.backend", id="unknown backend"),
-        pytest.param("[backend]\nlauncher = 'pigeon'\n", "backend.launcher", id="bad backend option"),
+        pytest.param(
+            "[backend]\nwatch_interval_seconds = 0\n",
+            "backend.watch_interval_seconds",
+            id="bad backend option",
+        ),
         pytest.param("[[users]]\nname = 'x'\nrole = 'king'\n", "users[0].role", id="bad role"),
         pytest.param("[[users]]\nname = 'x'\ngroup = 'ghosts'\n", "users[0].group", id="undefined group"),
         pytest.param("[[nodes]]\nname = 'n'\ngpus = -1\n", "nodes[0].gpus", id="negative gpus"),
@@ -336,9 +340,13 @@ def test_distributed_job_runs_two_workers_on_two_virtual_nodes(tmp_path: Path, c
         assert done.gpus == 16
         assert sorted(p.node for p in inst.placement) == ["node1", "node2"]
         model = s.home / "jobs" / str(job.id) / "model"
-        ranks = [read_json(model / f"rank-{r}.json") for r in (0, 1)]  # one process per worker
-        assert [(r["RANK"], r["WORLD_SIZE"]) for r in ranks] == [("0", "2"), ("1", "2")]
-        assert [r["CUDA_VISIBLE_DEVICES"] for r in ranks] == ["0,1,2,3,4,5,6,7"] * 2
+        # One process per GPU (the default for distributed jobs): 2 workers x 8 GPUs = 16 ranks.
+        ranks = [read_json(model / f"rank-{r}.json") for r in range(16)]
+        assert [(r["RANK"], r["HOROVOD_RANK"], r["WORLD_SIZE"]) for r in ranks] == [
+            (str(r), str(r), "16") for r in range(16)
+        ]
+        assert [r["LOCAL_RANK"] for r in ranks] == [str(r % 8) for r in range(16)]
+        assert {r["CUDA_VISIBLE_DEVICES"] for r in ranks} == {"0,1,2,3,4,5,6,7"}
 
 
 def test_200_submissions_from_20_threads_lose_and_duplicate_nothing(server: LiveServer, code: Path) -> None:

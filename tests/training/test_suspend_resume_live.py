@@ -363,7 +363,8 @@ def test_distributed_job_is_suspended_and_resumed_with_identical_weights_on_both
 ) -> None:
     reference = uninterrupted_ranks(jobs, tmp_path / "reference")
     model = tmp_path / "low"
-    args = " ".join([*train_args(DISTRIBUTED_STEPS), "--step-sleep", str(STEP_SLEEP)])
+    # torch.distributed even where Horovod is installed: the reference ranks above use it.
+    args = " ".join([*train_args(DISTRIBUTED_STEPS), "--step-sleep", str(STEP_SLEEP), "--backend", "torch"])
     spec = DistributedJobSpec(
         task_name="low distributed",
         code_path=str(INCLUDE),
@@ -400,6 +401,7 @@ def test_distributed_job_is_suspended_and_resumed_with_identical_weights_on_both
     assert EVERY <= start < DISTRIBUTED_STEPS and start % EVERY == 0
     assert checkpoint_step(resumed.checkpoint) <= start
     assert finals[0]["weights_sha256"] == finals[1]["weights_sha256"]
+    assert {f["collective"] for f in finals} == {"torch.distributed"}
 
     for rank in reference:
         assert rank.wait(timeout=TIMEOUT) == 0, rank.describe()

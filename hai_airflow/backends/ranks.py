@@ -1,0 +1,346 @@
+"""The per-worker rank launcher: one process per GPU, worker 0's gloo rendezvous, one fate for all ranks.
+
+Started by every backend in place of the job's command when the job's `processes` is per-gpu, as
+`python3 -I -S -c SOURCE LOCAL_SIZE FIRST_RANK SERVE COMMAND` inside the worker (a process of the
+local backend, a container, a pod). It imports only the standard library of whatever Python 3 the job's
+image has, so it needs nothing installed. For each local rank i it starts `/bin/sh -c COMMAND` with the
+variables Horovod's own gloo launcher gives its ranks and torch.distributed's, computed from i:
+RANK = HOROVOD_RANK = FIRST_RANK + i and LOCAL_RANK = HOROVOD_LOCAL_RANK = i; everything that is the
+same for the whole worker (sizes, cross rank, rendezvous address) is already in its environment.
+
+SERVE is "-", or on worker 0 the HOST:PORT where this launcher serves the small HTTP key-value store
+Horovod's gloo rendezvous speaks (PUT /scope/key, GET it: 404 until it exists, DELETE at the end). The
+store lives in this process, holds only this instance's keys and ends with the instance. Every worker
+waits until the store answers at $HOROVOD_GLOO_RENDEZVOUS_ADDR:PORT before it starts its ranks.
+
+Each rank runs in a process group of its own and its output lines get a "[rank N] " prefix.
+SIGTERM/SIGINT/SIGHUP to the launcher (all a container's runtime or the kubelet signals) are passed on to
+every rank's group (an elastic job saves and exits 75). A rank that fails while nobody asked the worker
+to stop takes the others down (SIGTERM, SIGKILL after a few seconds): a gang with a missing member would
+wait in a collective for ever. The worker's exit code is that rank's (128 + N for signal N), else 75
+if a rank saved on notice, else 0. Worker 0 keeps its store until every worker has checked in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from socketserver import ThreadingMixIn
+
+SHELL = "/bin/sh"
+TRAP_TERM = "trap 'exit $?' TERM INT HUP\n"
+"""Each rank's shell outlives SIGTERM until its command (which got it too) has saved and exited."""
+FAILURE_GRACE_SECONDS = 5.0
+"""How long the other ranks get to exit on SIGTERM after one failed, before SIGKILL."""
+SAVED = 75
+RENDEZVOUS_WAIT_SECONDS = 600.0
+"""How long the ranks of other workers wait for worker 0 to start (a pod may wait for its image)."""
+CHECK_IN_SCOPE = "hai-workers"
+"""Where each worker's launcher says it is there (a scope Horovod does not use)."""
+MAX_VALUE_BYTES = 1 << 20
+"""A rendezvous value is a few dozen bytes of addresses; nothing legitimate comes near this."""
+MAX_PENDING = 64 * 1024
+
+
+class _Store(ThreadingMixIn, HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], sizes: dict[str, int]) -> None:
+        super().__init__(address, _Handler)
+        self.lock = threading.Lock()
+        self.values: dict[tuple[str, str], bytes] = {}
+        self.finished: dict[str, set[str]] = {}
+        self.sizes = sizes
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Store
+
+    def _key(self) -> tuple[str, str] | None:
+        if not _same_user(self.client_address):
+            self._answer(403)
+            return None
+        parts = self.path.split("/")
+        if len(parts) != 3 or not parts[1] or not parts[2]:
+            self._answer(400)
+            return None
+        return parts[1], parts[2]
+
+    def _answer(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        key = self._key()
+        if key is None:
+            return
+        with self.server.lock:
+            value = self.server.values.get(key)
+        self._answer(404) if value is None else self._answer(200, value)
+
+    def do_PUT(self) -> None:
+        key = self._key()
+        if key is None:
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if not 0 <= length <= MAX_VALUE_BYTES:
+            self._answer(413)
+            return
+        value = self.rfile.read(length)
+        with self.server.lock:
+            self.server.values[key] = value
+        self._answer(200)
+
+    def do_DELETE(self) -> None:
+        """A rank finished with a scope; once all of its members have, the scope's keys go."""
+        key = self._key()
+        if key is None:
+            return
+        scope, member = key
+        with self.server.lock:
+            done = self.server.finished.setdefault(scope, set())
+            done.add(member)
+            expected = self.server.sizes.get(scope.split("_", 1)[0])
+            if expected is None or len(done) >= expected:
+                for k in [k for k in self.server.values if k[0] == scope]:
+                    del self.server.values[k]
+        self._answer(200)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def _same_user(peer: tuple[str, int]) -> bool:
+    """False when the peer's socket is on this machine and belongs to another user.
+
+    Only processes in this network namespace are listed in /proc/net; on the local backend that is every
+    job of the machine, and jobs run as their owners' accounts (`run_as`) cannot read each other's store.
+    A peer in another namespace (another container or pod of the instance) is not listed: allowed.
+    """
+    host, port = peer[0], peer[1]
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 7 and fields[1].endswith(f":{port:04X}") and _hex_ip(fields[1]) == host:
+                return int(fields[7]) == os.getuid()
+    return True
+
+
+def _hex_ip(field: str) -> str:
+    """The IPv4 address of a /proc/net/tcp{,6} address field (IPv4-mapped in tcp6), else ""."""
+    raw = field.split(":")[0]
+    if len(raw) == 32 and raw[:24] in ("0000000000000000FFFF0000", "0000000000000000ffff0000"):
+        raw = raw[24:]
+    if len(raw) != 8:
+        return ""
+    return ".".join(str(int(raw[i : i + 2], 16)) for i in (6, 4, 2, 0))
+
+
+def serve(address: str, size: int, local_size: int, cross_size: int) -> _Store:
+    """Serve the rendezvous store at HOST:PORT in a background thread."""
+    host, _, port = address.rpartition(":")
+    # Scopes are "global", "local_<host>" and "cross_<local rank>" (Horovod's gloo context).
+    store = _Store((host, int(port)), {"global": size, "local": local_size, "cross": cross_size})
+    threading.Thread(target=store.serve_forever, name="rendezvous", daemon=True).start()
+    return store
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+class Ranks:
+    """The worker's rank processes and how they ended."""
+
+    def __init__(self, command: str, local_size: int, first_rank: int) -> None:
+        self.pids: dict[int, int] = {}
+        self.codes: dict[int, int] = {}
+        self.outputs: dict[int, tuple[int, bytes]] = {}
+        self.failed: tuple[int, int] | None = None
+        self.stop_asked = False
+        self.kill_at: float | None = None
+        for i in range(local_size):
+            self._start(command, first_rank, i)
+
+    def _start(self, command: str, first_rank: int, local: int) -> None:
+        rank = first_rank + local
+        env = dict(os.environ)
+        env.update(
+            RANK=str(rank), HOROVOD_RANK=str(rank), LOCAL_RANK=str(local), HOROVOD_LOCAL_RANK=str(local)
+        )
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.close(read)
+                os.dup2(write, 1)
+                os.dup2(write, 2)
+                os.close(write)
+                os.setpgid(0, 0)
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(sig, signal.SIG_DFL)
+                os.execve(SHELL, [SHELL, "-c", TRAP_TERM + command], env)
+            finally:
+                os._exit(127)
+        os.close(write)
+        with contextlib.suppress(OSError):  # the child may have done it (or exec'd) first
+            os.setpgid(pid, pid)
+        self.pids[pid] = rank
+        self.outputs[read] = (rank, b"")
+
+    def signal_all(self, sig: int) -> None:
+        """Signal every rank's process group: the rank's command and whatever it started."""
+        for pid in self.pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        self.stop_asked = True
+        self.signal_all(signum)
+
+    def run(self) -> int:
+        while self.pids or self.outputs:
+            self._pump(0.1)
+            self._reap()
+            if self.kill_at is not None and time.monotonic() >= self.kill_at:
+                self.signal_all(signal.SIGKILL)
+                self.kill_at = None
+        if self.failed is not None:
+            return self.failed[1]
+        codes = list(self.codes.values())
+        if SAVED in codes:
+            return SAVED
+        return next((c for c in codes if c != 0), 0)
+
+    def _reap(self) -> None:
+        while self.pids:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.pids.clear()
+                return
+            if pid == 0:
+                return
+            rank = self.pids.pop(pid, None)
+            if rank is None:
+                continue
+            code = self.codes[rank] = _exit_code(status)
+            if code not in (0, SAVED) and self.failed is None and not self.stop_asked:
+                self.failed = (rank, code)
+                how = f"was killed by signal {code - 128}" if code > 128 else f"exited with code {code}"
+                left = sorted(self.pids.values())
+                note = f"; stopping rank(s) {', '.join(map(str, left))}" if left else ""
+                _say(f"rank {rank} {how}{note}")
+                if left:
+                    self.signal_all(signal.SIGTERM)
+                    self.kill_at = time.monotonic() + FAILURE_GRACE_SECONDS
+
+    def _pump(self, timeout: float) -> None:
+        if not self.outputs:
+            time.sleep(timeout)
+            return
+        try:
+            ready = select.select(list(self.outputs), [], [], timeout)[0]
+        except InterruptedError:
+            return
+        for fd in ready:
+            rank, pending = self.outputs[fd]
+            data = os.read(fd, 65536)
+            prefix = f"[rank {rank}] ".encode()
+            if not data:
+                if pending:
+                    _write(prefix + pending + b"\n")
+                os.close(fd)
+                del self.outputs[fd]
+                continue
+            head, sep, rest = (pending + data).rpartition(b"\n")
+            if sep:
+                _write(b"".join(prefix + line + b"\n" for line in head.split(b"\n")))
+            elif len(rest) > MAX_PENDING:
+                _write(prefix + rest + b"\n")
+                rest = b""
+            self.outputs[fd] = (rank, rest)
+
+
+def _write(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def _say(text: str) -> None:
+    _write(f"hai: {text}\n".encode())
+
+
+def check_in(host: str, port: int, worker: int, seconds: float) -> bool:
+    """Wait until worker 0's store answers (Horovod gives up after three tries 1.5 s apart), and say so.
+
+    Worker 0 keeps its store until every worker has checked in, so a worker starting late still finds
+    it even when worker 0's ranks had nothing to wait for and are done already.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            conn = http.client.HTTPConnection(host, port, timeout=5)
+            conn.request("PUT", f"/{CHECK_IN_SCOPE}/{worker}", body=b"1")
+            ok = conn.getresponse().status == 200
+            conn.close()
+            if ok:
+                return True
+        except OSError:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def linger(store: _Store, workers: int, seconds: float) -> None:
+    """Keep worker 0's store up until every other worker has checked in (or `seconds` passed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with store.lock:
+            arrived = sum(1 for scope, _ in store.values if scope == CHECK_IN_SCOPE)
+        if arrived >= workers:
+            return
+        time.sleep(0.05)
+
+
+def main(argv: list[str]) -> int:
+    local_size, first_rank, serving, command = int(argv[1]), int(argv[2]), argv[3], argv[4]
+    env = os.environ
+    workers = int(env["HOROVOD_CROSS_SIZE"])
+    store = serve(serving, int(env["HOROVOD_SIZE"]), local_size, workers) if serving != "-" else None
+    host, port = env["HOROVOD_GLOO_RENDEZVOUS_ADDR"], int(env["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+    worker = first_rank // max(1, local_size)
+    if not check_in(host, port, worker, RENDEZVOUS_WAIT_SECONDS):
+        _say(f"worker 0's rendezvous at {host}:{port} did not answer within {RENDEZVOUS_WAIT_SECONDS:.0f} s")
+        return 1
+    ranks = Ranks(command, local_size, first_rank)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, ranks.on_signal)
+    code = ranks.run()
+    if store is not None and code in (0, SAVED) and not ranks.stop_asked:
+        linger(store, workers, RENDEZVOUS_WAIT_SECONDS)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
