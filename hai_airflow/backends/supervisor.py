@@ -243,5 +243,6 @@ def _write_atomically(path: str, text: str) -> None:
         f.write(text)
     os.replace(tmp, path)
 
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
