@@ -13,6 +13,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter
 
 from hai_airflow.spec import (
+    ON_BEHALF_OF,
     InstanceView,
     JobDetailView,
     JobSpec,
@@ -150,6 +151,14 @@ def _job_params(
     return params
 
 
+def request_headers(token: str | None, on_behalf_of: str | None = None) -> dict[str, str]:
+    """The headers every request carries: the token, and the user a service acts for."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if on_behalf_of is not None:
+        headers[ON_BEHALF_OF] = on_behalf_of
+    return headers
+
+
 class HaiClient:
     """Blocking client. Every method raises `HaiError` (or `HaiUnreachable`) on failure.
 
@@ -157,6 +166,8 @@ class HaiClient:
     :param token: API token; default from `HAI_TOKEN` or `$HAI_HOME/token`.
     :param region: region name looked up in `$HAI_HOME/client.toml`.
     :param timeout: seconds for ordinary requests (long-polls add their own wait).
+    :param on_behalf_of: hai user to act for (sent as `X-Hai-On-Behalf-Of` on every request); the
+        token must be a service identity whose `acts_for` covers that user. None acts as the token's user.
     """
 
     def __init__(
@@ -166,9 +177,11 @@ class HaiClient:
         region: str | None = None,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        on_behalf_of: str | None = None,
     ):
         self.connection = resolve_connection(server, token, region)
-        headers = {"Authorization": f"Bearer {self.connection.token}"} if self.connection.token else {}
+        self.on_behalf_of = on_behalf_of
+        headers = request_headers(self.connection.token, on_behalf_of)
         self._http = httpx.Client(
             base_url=self.connection.server, headers=headers, timeout=timeout, transport=transport
         )
@@ -296,7 +309,7 @@ class HaiClient:
 
 
 class AsyncHaiClient:
-    """The asyncio twin of `HaiClient` for what triggers and async code need."""
+    """The asyncio twin of `HaiClient` for what triggers and async code need (same parameters)."""
 
     def __init__(
         self,
@@ -305,9 +318,11 @@ class AsyncHaiClient:
         region: str | None = None,
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        on_behalf_of: str | None = None,
     ):
         self.connection = resolve_connection(server, token, region)
-        headers = {"Authorization": f"Bearer {self.connection.token}"} if self.connection.token else {}
+        self.on_behalf_of = on_behalf_of
+        headers = request_headers(self.connection.token, on_behalf_of)
         self._http = httpx.AsyncClient(
             base_url=self.connection.server, headers=headers, timeout=timeout, transport=transport
         )

@@ -481,6 +481,10 @@ class GroupConfig(_Strict):
     admins: tuple[str, ...] = Field(default=(), description="Users who administer the group.")
 
 
+ON_BEHALF_OF: Final = "X-Hai-On-Behalf-Of"
+"""The request header naming the user a service identity (a user with `acts_for`) acts for."""
+
+
 class UserConfig(_Strict):
     name: str = Field(min_length=1, description="User name.")
     group: str = Field(default="default", description="The user's resource group.")
@@ -494,6 +498,12 @@ class UserConfig(_Strict):
         min_length=1,
         description="Used when `token` is absent: the environment variable of hai serve holding the "
         "token, so the file holds no secret; hai serve refuses to start while it is unset.",
+    )
+    acts_for: tuple[str, ...] = Field(
+        default=(),
+        description="Users this identity may act for with the X-Hai-On-Behalf-Of header: user names, "
+        '"group:<name>" (every member of that group) or "*" (everyone); non-empty makes it a service '
+        "identity (e.g. Airflow). Empty: it acts only as itself.",
     )
 
 
@@ -547,6 +557,11 @@ class JobView(JobShapeView):
     client_key: str | None = None
     model_id: int | None = None
     project_id: int | None = None
+    submitted_via: str | None = Field(
+        default=None,
+        description="The service identity (e.g. airflow) that submitted it on `user`'s behalf; "
+        "null when the user submitted it.",
+    )
 
 
 class InstanceView(_View):

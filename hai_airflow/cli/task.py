@@ -102,6 +102,7 @@ JOB_DETAIL_COLUMNS = (
     Column("code path", lambda j: j.spec.get("code_path")),
     Column("command", lambda j: j.spec.get("cmd")),
     Column("submitted", lambda j: when(j.submitted_at)),
+    Column("submitted via", lambda j: j.submitted_via),
     Column("started", lambda j: when(j.started_at)),
     Column("ended", lambda j: when(j.ended_at)),
     Column("runtime", lambda j: duration(j.runtime_seconds)),

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hai_airflow.backends.confine import template_problem
+from hai_airflow.server.acting import entry_problem
 from hai_airflow.spec import GroupConfig, NodeConfig, ResourcePackage, UserConfig
 
 DEFAULT_HOST = "127.0.0.1"
@@ -132,6 +133,11 @@ class ServerConfig(_Section):
                     f"users[{i}].group: group {u.group!r} of user {u.name!r} is not defined; "
                     f"add a [[groups]] entry with name = {u.group!r}"
                 )
+        for i, u in enumerate(self.users):
+            for entry in u.acts_for:
+                problem = entry_problem(entry, users, groups)
+                if problem is not None:
+                    raise ValueError(f"users[{i}].acts_for: {problem}")
         for sid, storage in self.storages.items():
             for owner_group in storage.groups:
                 if owner_group not in groups:

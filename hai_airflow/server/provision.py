@@ -108,6 +108,7 @@ def _apply_users(s: Session, config: ServerConfig, key: bytes) -> dict[str, str]
             row.token_hash = token_hash(key, given[u.name])
         row.group_name = u.group
         row.role = u.role
+        row.acts_for = json.dumps(list(u.acts_for))
     return generated
 
 

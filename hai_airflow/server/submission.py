@@ -175,6 +175,7 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
                 max_schedule=spec.max_schedule,
                 spec=json.dumps(spec.model_dump(mode="json")),
                 client_key=request.client_key,
+                submitted_via=caller.via,
                 model_id=spec.model_id,
                 project_id=spec.project_id,
                 workers=res.workers,
@@ -196,6 +197,7 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
             s.flush()
             priority = "high" if spec.max_schedule > 0 else "low"
             what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
+            by = f", submitted by {caller.actor}" if caller.via else ""
             s.add(
                 EventRow(
                     job_id=row.id,
@@ -203,7 +205,7 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
                     kind="submitted",
                     from_state=None,
                     to_state="PENDING",
-                    reason=f"{spec.mode} job, {what}, {priority} priority",
+                    reason=f"{spec.mode} job, {what}, {priority} priority{by}",
                     actor=caller.name,
                 )
             )

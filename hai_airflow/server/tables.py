@@ -33,6 +33,8 @@ class UserRow(Base):
     """HMAC-SHA256 of the user's API token under the server key (see `server.tokens`); never the token."""
     quota_gpus: Mapped[int | None] = mapped_column(Integer)
     config_quota: Mapped[str | None] = mapped_column(String(40))
+    acts_for: Mapped[str] = mapped_column(Text, default="[]")
+    """JSON list from the config: whom this service identity may act for (`server.acting`); [] = nobody."""
 
 
 class NodeRow(Base):
@@ -65,6 +67,8 @@ class JobRow(Base):
     spec: Mapped[str] = mapped_column(Text)
     """The submitted spec as JSON."""
     client_key: Mapped[str | None] = mapped_column(String(250))
+    submitted_via: Mapped[str | None] = mapped_column(String(200))
+    """The service identity that submitted it for `user_name` (X-Hai-On-Behalf-Of); None when they did."""
     model_id: Mapped[int | None] = mapped_column(Integer)
     project_id: Mapped[int | None] = mapped_column(Integer)
     # Resources resolved from the resource package at submission, so editing packages later

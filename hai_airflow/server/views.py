@@ -54,6 +54,7 @@ def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str
         "placement": _placement(current.placement) if current is not None else (),
         "reason": row.reason,
         "client_key": row.client_key,
+        "submitted_via": row.submitted_via,
         "model_id": row.model_id,
         "project_id": row.project_id,
     }

@@ -28,11 +28,13 @@ class QuotaRequest(BaseModel):
 
 @router.get("/whoami")
 def whoami(caller: CallerDep) -> dict[str, Any]:
+    """The effective user; `via` names the service acting for them (X-Hai-On-Behalf-Of), else null."""
     return {
         "user": caller.name,
         "group": caller.group,
         "role": caller.role,
         "admin_of": sorted(caller.admin_of),
+        "via": caller.via,
     }
 
 

@@ -55,7 +55,10 @@ def require_unfinished(row: JobRow, action: str) -> None:
         )
 
 
-def add_event(s: Session, row: JobRow, kind: str, reason: str, actor: str) -> None:
+def add_event(s: Session, row: JobRow, kind: str, reason: str, caller: Caller) -> None:
+    """Record what the caller asked of the job; a service acting for them is named in the reason."""
+    if caller.via is not None:
+        reason += f" (via {caller.via})"
     s.add(
         EventRow(
             job_id=row.id,
@@ -64,7 +67,7 @@ def add_event(s: Session, row: JobRow, kind: str, reason: str, actor: str) -> No
             from_state=row.state,
             to_state=row.state,
             reason=reason,
-            actor=actor,
+            actor=caller.name,
         )
     )
 

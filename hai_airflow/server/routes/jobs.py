@@ -188,7 +188,7 @@ def cancel_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
         require_unfinished(row, "cancel")
         if not row.cancel_requested:
             row.cancel_requested, row.cancel_by = True, caller.name
-            add_event(s, row, "cancel_requested", f"cancel asked by {caller.name}", caller.name)
+            add_event(s, row, "cancel_requested", f"cancel asked by {caller.name}", caller)
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))
@@ -212,7 +212,7 @@ def promote_job(
         old = row.max_schedule
         row.max_schedule = body.max_schedule
         add_event(
-            s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller.name
+            s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller
         )
     ctx.wakeup.set()
     with ctx.store.read() as s:
@@ -228,7 +228,7 @@ def suspend_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
         require_unfinished(row, "suspend")
         if not row.held:
             row.held, row.held_by = True, caller.name
-            add_event(s, row, "hold_requested", f"suspended by admin {caller.name}", caller.name)
+            add_event(s, row, "hold_requested", f"suspended by admin {caller.name}", caller)
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))
@@ -248,7 +248,7 @@ def resume_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
                 fix="A preempted job resumes by itself when GPUs free up; see `hai queue`",
             )
         row.held, row.held_by = False, None
-        add_event(s, row, "hold_released", f"resumed by admin {caller.name}", caller.name)
+        add_event(s, row, "hold_released", f"resumed by admin {caller.name}", caller)
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))
