@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.support.docker_engine import REPO, DockerJobs, Engine, docker_engine, torch_image
+from tests.support.horovod import DETERMINISTIC, run_reference
 
 # The first run on a machine builds the torch root filesystem (minutes) inside the first test's time.
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -118,7 +119,51 @@ def test_two_workers_train_together_over_torch_distributed(jobs: DockerJobs, tmp
     ended = jobs.wait(launch.instance_id, timeout=300)
     log = launch.log_path.read_text()
     assert ended.exit_code == 0, log
-    assert "[worker 0] done: " in log and "on 2 processes" in log  # only rank 0 reports
+    assert "[worker 0] [rank 0] done: " in log and "on 2 processes" in log  # only rank 0 reports
     result = metrics(model)
     assert (result["steps"], result["size"]) == (20, 2)
     assert (model / "final-rank1.json").exists()  # rank 1 trained too, in its own container
+
+
+HOROVOD_ARGS = "--steps 40 --ckpt-every 10"
+
+
+def test_a_horovod_job_runs_4_ranks_in_2_containers_and_resumes_bit_identical(
+    jobs: DockerJobs, tmp_path: Path
+) -> None:
+    """The platform document's Horovod sample with no horovodrun: 2 containers x 2 ranks on one network."""
+    model = tmp_path / "model-hvd"
+    env = {"PYTHONPATH": str(jobs.code), "PYTHONDONTWRITEBYTECODE": "1", **DETERMINISTIC}
+
+    def start() -> Any:
+        base = jobs.launch(
+            f"python3 include/train_distributed.py {HOROVOD_ARGS} --step-sleep 0.2",
+            mode="distributed",
+            gpus=((0, 1), (2, 3)),
+            env=env,
+        )
+        dirs = {"HAI_MODEL_DIR": str(model), "HAI_CHECKPOINT_DIR": str(model)}
+        launch = replace(base, env={**base.env, **dirs})
+        jobs.backend.start(launch)
+        return launch
+
+    first = start()
+    assert len(jobs.containers(first.instance_id)) == 2
+    wait_for_checkpoint(jobs, first, model, timeout=240)
+    jobs.backend.stop(first.instance_id, grace_seconds=0, notice=False)
+    assert jobs.wait(first.instance_id, timeout=60).exit_code != 0
+    second = start()
+    ended = jobs.wait(second.instance_id, timeout=300)
+    log = second.log_path.read_text()
+    assert ended.exit_code == 0, log
+    assert "[worker 1] [rank 3] rank 3 of 4 (local rank 1) on Horovod" in log
+
+    finals = [json.loads((model / f"final-rank{r}.json").read_text()) for r in range(4)]
+    assert [(f["rank"], f["local_rank"], f["size"], f["collective"]) for f in finals] == [
+        (r, r % 2, 4, "horovod") for r in range(4)
+    ]
+    assert finals[0]["resumed_from"] and finals[0]["resumed_from"] > 0
+    # The containers run the same torch and Horovod as this machine: the same weights as 4 ranks here.
+    reference = run_reference(tmp_path, HOROVOD_ARGS, DETERMINISTIC)
+    expected = json.loads((reference / "final-rank0.json").read_text())
+    assert {f["weights_sha256"] for f in finals} == {expected["weights_sha256"]}

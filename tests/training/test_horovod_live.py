@@ -10,21 +10,17 @@ ranks train on the CPU, which is all that differs from a GPU machine.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends.workerenv import Gang, gang_env, launcher_argv, worker_slots
-from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE
+from tests.support.horovod import DETERMINISTIC, run_reference
 from tests.support.live_server import start_server
 
-from .launch import INCLUDE, free_port, wait_for
+from .launch import INCLUDE, wait_for
 from .test_suspend_resume_live import (
     EVERY,
     GRACE,
@@ -51,9 +47,6 @@ pytest.importorskip(
 STEPS = 60
 WORKERS, GPUS = 2, 2
 ARGS = f"--steps {STEPS} --ckpt-every {EVERY}"
-DETERMINISTIC = {"OMP_NUM_THREADS": "1", "HOROVOD_FUSION_THRESHOLD": "0"}
-"""Without tensor fusion each gradient is reduced alone, in the same order of additions every run; fused
-buffers are filled in the order gradients become ready, which moves an element's place in the ring."""
 
 
 def server_config() -> str:
@@ -96,36 +89,9 @@ def horovod_job(model: Path, elastic: bool) -> DistributedJobSpec:
 
 
 @pytest.fixture
-def reference(tmp_path: Path) -> Iterator[Path]:
+def reference(tmp_path: Path) -> Path:
     """An uninterrupted 4-rank run through the same launcher, outside the server: the expected weights."""
-    model = tmp_path / "reference"
-    model.mkdir()
-    slots = worker_slots(tuple(WorkerPlacement(f"node{n}", (0, 1)) for n in (1, 2)))
-    gang = Gang("127.0.0.1", free_port(), "127.0.0.1", free_port(), "lo", "127.0.0.1")
-    cmd = f"exec python3 {INCLUDE / 'train_distributed.py'} {ARGS} --model-dir {model}"
-    env = {"PATH": f"{IMAGE}/bin:/usr/bin:/bin", "HOME": str(tmp_path), **DETERMINISTIC}
-    log = (tmp_path / "reference.log").open("w")
-    workers = [
-        subprocess.Popen(
-            launcher_argv(cmd, slot, gang),
-            env=env | gang_env(slot, WORKERS, gang),
-            cwd=model,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        for slot in slots
-    ]
-    try:
-        codes = [w.wait(timeout=TIMEOUT * 2) for w in workers]
-        assert codes == [0, 0], (tmp_path / "reference.log").read_text()[-3000:]
-        yield model
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                os.killpg(w.pid, signal.SIGKILL)
-                w.wait()
-        log.close()
+    return run_reference(tmp_path, f"{ARGS}", DETERMINISTIC)
 
 
 def check_ranks(model: Path) -> list[dict[str, object]]:
