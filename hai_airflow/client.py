@@ -347,6 +347,9 @@ class AsyncHaiClient:
     async def health(self) -> dict[str, Any]:
         return (await self._request("GET", "/health")).json()
 
+    async def whoami(self) -> dict[str, Any]:
+        return (await self._request("GET", f"{API}/whoami")).json()
+
     async def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
         resp = await self._request("POST", f"{API}/jobs", json=_submit_body(spec, client_key))
         return JobView.model_validate(resp.json())
