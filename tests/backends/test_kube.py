@@ -235,13 +235,12 @@ def test_distributed_without_mpi_operator_is_a_gang_with_a_headless_service(kube
         assert (pod.spec.hostname, pod.spec.subdomain) == (name, f"hai-{iid}")
         assert pod.spec.containers[0].image == "img/worker:2"
         env = env_of(pod.spec.containers[0])
-        assert (env["RANK"], env["WORLD_SIZE"], env["HOROVOD_RANK"], env["HOROVOD_SIZE"]) == (
-            str(rank),
-            "2",
-            str(rank),
-            "2",
-        )
+        # One process per GPU: the pod runs the rank launcher; worker 0's serves the Horovod rendezvous.
+        serve = "0.0.0.0:29400" if rank == 0 else "-"
+        assert pod.spec.containers[0].command[5:] == ["4", str(4 * rank), serve, "python3 train.py"]
+        assert (env["WORLD_SIZE"], env["HOROVOD_SIZE"], env["HOROVOD_CROSS_RANK"]) == ("8", "8", str(rank))
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == (f"hai-{iid}-w0.hai-{iid}", "29500")
+        assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == env["MASTER_ADDR"]
         assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
 
 

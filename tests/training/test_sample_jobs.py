@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE, Checkpointer
+from tests.support.horovod import run_reference
 
 from .conftest import Jobs
 from .launch import INCLUDE, Job, free_port, wait_for
@@ -209,3 +210,14 @@ def test_distributed_ranks_agree_stop_together_and_resume_bit_identically(tmp_pa
     resumed = finals(stopped)
     assert [r["resumed_from"] for r in resumed] == [noticed_at, noticed_at]
     assert {r["weights_sha256"] for r in resumed} == {reference[0]["weights_sha256"]}
+
+
+def test_torch_distributed_runs_a_process_per_gpu_through_the_platforms_launcher(tmp_path: Path) -> None:
+    """2 workers x 2 GPUs as the platform starts them: 4 torch.distributed ranks, local ranks 0-1."""
+    args = f"--steps 20 --ckpt-every {EVERY} --backend torch"
+    model = run_reference(tmp_path, args, {"OMP_NUM_THREADS": "1"})
+    finals = [metrics(model / f"final-rank{r}.json") for r in range(4)]
+    assert [(f["rank"], f["local_rank"], f["size"], f["collective"]) for f in finals] == [
+        (r, r % 2, 4, "torch.distributed") for r in range(4)
+    ]
+    assert len({f["weights_sha256"] for f in finals}) == 1
