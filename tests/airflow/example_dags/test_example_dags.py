@@ -123,27 +123,21 @@ def test_hai_submit_training_form_passes_the_processes_choice(hai_conn: Callable
         pytest.param({"resource_pkg": 999}, "resource_pkg", id="package not in the dropdown"),
         pytest.param({"workers": 0}, "workers", id="no workers"),
         pytest.param({"processes": "per-node"}, "processes", id="unknown processes choice"),
+        pytest.param({"gpu_type": "A100"}, "gpu_type", id="GPU type no package has"),
+        pytest.param({"max_schedule": 5}, "max_schedule", id="queueing hours not offered"),
+        pytest.param(
+            {"project_storage": "10111;10222"}, "project_storage", id="storages not comma-separated"
+        ),
+        pytest.param({"shm": 0}, "shm", id="no shared memory"),
     ],
 )
-def test_hai_submit_training_form_is_validated(conf: dict[str, object], field: str) -> None:
+def test_hai_submit_training_form_is_validated(
+    conf: dict[str, object], field: str, hai_conn: Callable[..., LiveServer]
+) -> None:
     from airflow.sdk.exceptions import ParamValidationError
 
     with pytest.raises(ParamValidationError, match=f"param {field}"):
         load_dag("hai_submit_training").test(run_conf=conf)
-
-
-def test_hai_submit_training_reports_the_platform_refusal(
-    hai_conn: Callable[..., LiveServer], capfd: pytest.CaptureFixture[str]
-) -> None:
-    server = hai_conn()
-    run = load_dag("hai_submit_training").test(
-        run_conf={"code_path": str(INCLUDE), "resource_pkg": 454, "gpu_type": "A100"}
-    )
-
-    assert task_states(run)["submit_standalone"] == "failed"
-    assert "gpu_type A100 does not match resource package 454" in capfd.readouterr().out
-    with server.client() as client:
-        assert client.jobs(all=True) == []
 
 
 def test_checkpoint_evaluation_scores_each_new_checkpoint(hai_conn: Callable[..., LiveServer]) -> None:
