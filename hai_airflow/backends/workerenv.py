@@ -39,9 +39,9 @@ def worker_slots(placement: Placement) -> list[WorkerSlot]:
 
 
 def worker_env(slot: WorkerSlot, workers: int, distributed: bool, master_port: int) -> dict[str, str]:
-    """The per-worker variables (ARCHITECTURE.md section 4).
+    """The variables of a per-worker job's one process per worker (ARCHITECTURE.md section 4).
 
-    One process runs per worker: RANK counts workers, not GPUs. A launcher such as torchrun or
+    RANK counts workers, not GPUs. A launcher such as torchrun or
     horovodrun started by the command spawns one process per GPU and computes global ranks from
     RANK x HAI_GPUS_PER_WORKER + local GPU index.
     """
