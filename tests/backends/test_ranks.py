@@ -1,0 +1,75 @@
+"""The rank launcher's rendezvous store: Horovod's gloo HTTP protocol, scopes, and strangers refused."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from hai_airflow.backends import ranks
+from hai_airflow.backends.workerenv import free_port
+
+
+@pytest.fixture
+def store() -> Iterator[tuple[str, int]]:
+    port = free_port()
+    server = ranks.serve(f"127.0.0.1:{port}", size=4, local_size=2, cross_size=2)
+    try:
+        yield "127.0.0.1", port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def call(where: tuple[str, int], method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(*where, timeout=5)
+    try:
+        conn.request(method, path, body=body)
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def test_a_key_is_404_until_put_then_its_value(store: tuple[str, int]) -> None:
+    assert call(store, "GET", "/global/rank_1")[0] == 404
+    assert call(store, "PUT", "/global/rank_1", b"\x00addr:1234")[0] == 200
+    assert call(store, "GET", "/global/rank_1") == (200, b"\x00addr:1234")
+    assert call(store, "GET", "/local_worker-0/rank_1")[0] == 404, "scopes are separate"
+
+
+def test_a_scope_is_cleared_once_every_member_is_done_with_it(store: tuple[str, int]) -> None:
+    call(store, "PUT", "/local_worker-1/0", b"a")
+    call(store, "PUT", "/global/0", b"g")
+    assert call(store, "DELETE", "/local_worker-1/0")[0] == 200
+    assert call(store, "GET", "/local_worker-1/0") == (200, b"a"), "one of two local ranks is still reading"
+    call(store, "DELETE", "/local_worker-1/1")
+    assert call(store, "GET", "/local_worker-1/0")[0] == 404
+    assert call(store, "GET", "/global/0") == (200, b"g"), "the global scope has 4 members"
+
+
+def test_a_path_that_is_not_scope_and_key_is_refused(store: tuple[str, int]) -> None:
+    assert call(store, "GET", "/global")[0] == 400
+    assert call(store, "PUT", "/a/b/c", b"x")[0] == 400
+
+
+SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "/usr/bin/python3"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another OS user")
+def test_a_process_of_another_user_on_this_machine_is_refused(store: tuple[str, int]) -> None:
+    call(store, "PUT", "/global/0", b"secret address")
+    probe = (
+        "import http.client, os, sys\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        f"c = http.client.HTTPConnection('127.0.0.1', {store[1]}, timeout=5)\n"
+        "c.request('GET', '/global/0'); r = c.getresponse(); print(r.status, r.read())\n"
+    )
+    # The system interpreter: one the other user can read (a venv under /root may not be).
+    out = subprocess.run([SYSTEM_PYTHON, "-I", "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.stdout.split()[0] == "403", out.stderr
+    assert "secret" not in out.stdout
