@@ -14,16 +14,9 @@ import pytest
 
 from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError
 from hai_airflow.spec import ON_BEHALF_OF, CpuJobSpec
+from tests.server.test_acting import SERVICE, SERVICE_TOKEN
 from tests.support import postgres
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer, free_port
-
-SERVICE = """
-[[users]]
-name = "airflow"
-group = "default"
-token = "airflow-token"
-acts_for = ["group:vision"]
-"""
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -39,7 +32,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 def airflow_for(server: LiveServer, user: str | None) -> HaiClient:
-    return HaiClient(server=server.url, token="airflow-token", on_behalf_of=user)
+    return HaiClient(server=server.url, token=SERVICE_TOKEN, on_behalf_of=user)
 
 
 def refusal(client: HaiClient) -> HaiError:
@@ -65,7 +58,7 @@ def test_a_service_gets_exactly_the_rights_of_the_user_it_acts_for(
     assert e.value.status == 404
 
     async def whoami() -> dict[str, object]:
-        async with AsyncHaiClient(server=server.url, token="airflow-token", on_behalf_of="carol") as c:
+        async with AsyncHaiClient(server=server.url, token=SERVICE_TOKEN, on_behalf_of="carol") as c:
             return await c.whoami()
 
     assert asyncio.run(whoami())["user"] == "carol"
@@ -76,9 +69,9 @@ def test_a_service_gets_exactly_the_rights_of_the_user_it_acts_for(
     [
         pytest.param("admin-token", "alice", 403, id="a platform admin is no service"),
         pytest.param("alice-token", "alice", 403, id="a user naming herself"),
-        pytest.param("airflow-token", "dave", 403, id="a user outside acts_for"),
-        pytest.param("airflow-token", "root", 403, id="no such user"),
-        pytest.param("airflow-token", "", 400, id="empty"),
+        pytest.param(SERVICE_TOKEN, "dave", 403, id="a user outside acts_for"),
+        pytest.param(SERVICE_TOKEN, "root", 403, id="no such user"),
+        pytest.param(SERVICE_TOKEN, "", 400, id="empty"),
     ],
 )
 def test_the_header_is_refused_naming_itself(server: LiveServer, token: str, user: str, status: int) -> None:
