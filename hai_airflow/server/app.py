@@ -37,7 +37,9 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
     app = FastAPI(
         title="hai",
         version=getattr(hai_airflow, "__version__", "0"),
-        description="Managed GPU training platform: submit, queue, quota, preemption and resume.",
+        description="Managed GPU training platform: submit, queue, quota, preemption and resume. "
+        "Every request carries `Authorization: Bearer <token>`; a service identity (a user with "
+        "`acts_for`, e.g. Airflow) may add `X-Hai-On-Behalf-Of: <user>` to act as a user it covers.",
         lifespan=lifespan,
     )
     app.state.ctx = ctx
