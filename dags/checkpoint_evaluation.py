@@ -1,35 +1,63 @@
-"""Evaluate each new checkpoint of a running training job as it appears."""
+"""Evaluate each new checkpoint of the jobs that train into a model directory, as it appears.
+
+The DAG is scheduled on the model directory's asset, whose watcher (a trigger in the triggerer)
+asks the hai server for new checkpoints; each one it reports starts a run. Train into the
+directory with ``model_dir=`` (operators, the web form) or ``hai create --model-dir``.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Param, task
+from airflow.sdk.exceptions import AirflowSkipException
 
-from hai_airflow.sensors.checkpoint import HaiCheckpointSensor
+from hai_airflow.assets import checkpoints_in, watched_model_asset
+from hai_airflow.triggers.checkpoint import checkpoint_step
 
 INCLUDE = str(Path(__file__).resolve().parents[1] / "include")
-ROUNDS = 3
-"""Checkpoints evaluated per run; trigger the DAG again (or raise this) for more."""
+MODEL_DIR = os.environ.get("HAI_EVAL_MODEL_DIR", "/tmp/hai-airflow/models/classifier")
+"""The model directory watched (``HAI_EVAL_MODEL_DIR`` where the DAG is parsed)."""
+POLL_SECONDS = float(os.environ.get("HAI_EVAL_POLL_SECONDS", "30"))
+"""Seconds between the watcher's looks at the server."""
 
 with DAG(
     dag_id="checkpoint_evaluation",
-    description="A sensor waits for each newer checkpoint of a hai job; a task evaluates it.",
-    schedule=None,
+    description="Runs for each new checkpoint the hai server records in a model directory, and scores it.",
+    schedule=watched_model_asset(MODEL_DIR, poll_interval=POLL_SECONDS),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["hai", "example"],
     params={
-        "job_id": Param(type="integer", minimum=1, description="The running training job (`hai task`)."),
-        "after_step": Param(-1, type="integer", description="Only checkpoints past this step count."),
+        "checkpoint": Param(
+            "",
+            type="string",
+            description="A checkpoint to score when triggered by hand; runs the watcher starts "
+            "score the checkpoints it reported.",
+        ),
         "data": Param("", type="string", description="The job's .npz data; empty = the sample data."),
         "hidden": Param(32, type="integer", minimum=1, description="Hidden units of the sample model."),
         "seed": Param(0, type="integer", description="Seed of the sample data."),
     },
 ) as dag:
+
+    @task
+    def new_checkpoints(
+        triggering_asset_events: Any = None, params: dict[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The checkpoints this run is for: those of the asset events that started it, or the form's."""
+        extras = [event.extra for events in (triggering_asset_events or {}).values() for event in events]
+        found = checkpoints_in(extras)
+        chosen = (params or {}).get("checkpoint")
+        if chosen:
+            found.append({"checkpoint": chosen, "step": checkpoint_step(chosen), "job_id": None})
+        if not found:
+            raise AirflowSkipException("no checkpoint to score: the run was started without one")
+        return found
 
     @task
     def evaluate(found: dict[str, Any], params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -47,22 +75,6 @@ with DAG(
         model.load_state_dict(state["model"])
         loss = full_loss(model, x, y)
         print(f"checkpoint {found['checkpoint']} (step {found['step']}): loss {loss:.4f}")
-        return {"checkpoint": found["checkpoint"], "step": found["step"], "loss": loss}
+        return {**found, "loss": loss}
 
-    previous: Any = None
-    for i in range(1, ROUNDS + 1):
-        after = (
-            "{{ params.after_step }}"
-            if previous is None
-            else f"{{{{ ti.xcom_pull(task_ids='{previous.operator.task_id}')['step'] }}}}"
-        )
-        wait = HaiCheckpointSensor(
-            task_id=f"wait_checkpoint_{i}",
-            job_id="{{ params.job_id }}",
-            after_step=after,
-            poke_interval=5,
-            timeout=6 * 3600,
-        )
-        if previous is not None:
-            previous >> wait
-        previous = evaluate.override(task_id=f"evaluate_{i}")(wait.output)  # type: ignore[arg-type]  # an XCom at parse time
+    evaluate.expand(found=new_checkpoints())

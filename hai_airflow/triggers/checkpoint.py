@@ -1,21 +1,24 @@
-"""HaiCheckpointTrigger: waits for a checkpoint newer than a time or a step, of a job or in a path."""
+"""Checkpoint triggers: wait for one newer checkpoint, or report each new one to an asset watcher."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fnmatch import fnmatch
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseEventTrigger, BaseTrigger, TriggerEvent
 from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.client import AsyncHaiClient, HaiError
-from hai_airflow.hooks.hai import DEFAULT_CONN_ID, Backoff, HaiAsyncHook, is_transient
+from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
+from hai_airflow.hooks.retry import aretry_transient
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
 
 DEFAULT_PATTERN = "checkpoint-*"
@@ -84,6 +87,32 @@ def job_checkpoint(job: JobView) -> CheckpointSeen | None:
     )
 
 
+def same_dir(a: str, b: str) -> bool:
+    """The same model directory, however the paths were written (``/m/x/`` and ``/m//x``)."""
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def newest_of_jobs(jobs: Iterable[JobView], model_dir: str) -> tuple[CheckpointSeen, JobView] | None:
+    """The newest checkpoint the server recorded for any of `jobs` that saves to `model_dir`."""
+    found = [
+        (seen, job)
+        for job in jobs
+        if job.spec.get("model_dir") and same_dir(str(job.spec["model_dir"]), model_dir)
+        if (seen := job_checkpoint(job)) is not None
+    ]
+    return max(found, key=lambda f: checkpoint_order(f[0]), default=None)
+
+
+def checkpoint_order(seen: CheckpointSeen) -> tuple[datetime, str]:
+    """Checkpoints in the order they were written (path breaks ties, so the order is total)."""
+    return (seen.saved_at or datetime.min.replace(tzinfo=UTC), seen.path)
+
+
+def is_later(seen: CheckpointSeen, last: CheckpointSeen | None) -> bool:
+    """A checkpoint is new to a watcher when written after the last one it reported."""
+    return last is None or checkpoint_order(seen) > checkpoint_order(last)
+
+
 def parse_time(value: datetime | str | None) -> datetime | None:
     """An aware datetime from a datetime or an ISO 8601 string (naive = UTC)."""
     if value is None or value == "":
@@ -104,12 +133,15 @@ class HaiCheckpointEvent(BaseModel):
     checkpoint: str | None = Field(default=None, description="Path of the checkpoint found.")
     step: int | None = Field(default=None, description="Its step, read from the file name.")
     saved_at: datetime | None = Field(default=None, description="When it was written.")
-    job_id: int | None = Field(default=None, description="The job watched, if any.")
+    job_id: int | None = Field(default=None, description="The job watched, or the job that wrote it.")
     job_state: JobState | None = Field(default=None, description="The job's state at the event.")
+    model_dir: str | None = Field(default=None, description="The model directory watched, if any.")
     message: str = Field(default="", description="Why the trigger gave up (status error).")
 
     @classmethod
-    def found(cls, seen: CheckpointSeen, job: JobView | None = None) -> HaiCheckpointEvent:
+    def found(
+        cls, seen: CheckpointSeen, job: JobView | None = None, model_dir: str | None = None
+    ) -> HaiCheckpointEvent:
         return cls(
             status="found",
             checkpoint=seen.path,
@@ -117,6 +149,7 @@ class HaiCheckpointEvent(BaseModel):
             saved_at=seen.saved_at,
             job_id=job.id if job else None,
             job_state=job.state if job else None,
+            model_dir=model_dir,
         )
 
 
@@ -196,20 +229,18 @@ class HaiCheckpointTrigger(BaseTrigger):
         yield TriggerEvent(event.model_dump(mode="json"))
 
     async def _watch_job(self, client: AsyncHaiClient, job_id: int) -> HaiCheckpointEvent:
-        backoff = Backoff(self.max_backoff)
         state: str | None = None
         while True:
             try:
                 # the long-poll doubles as the sleep between looks and wakes early when the job ends
-                job = await client.wait(job_id, since_state=state, timeout=self.poll_interval)
+                job = await aretry_transient(
+                    partial(client.wait, job_id, since_state=state, timeout=self.poll_interval),
+                    what=f"watching hai job {job_id} for a checkpoint",
+                    log=self.log,
+                    max_backoff=self.max_backoff,
+                )
             except HaiError as e:
-                if not is_transient(e):
-                    return HaiCheckpointEvent(status="error", job_id=job_id, message=e.message)
-                delay = backoff.next_delay()
-                self.log.warning("hai server not answering (%s); retrying in %.0f s", e.message, delay)
-                await asyncio.sleep(delay)
-                continue
-            backoff.reset()
+                return HaiCheckpointEvent(status="error", job_id=job_id, message=e.message)
             state = job.state
             seen = await self._in_path() if self.path else job_checkpoint(job)
             if self._wanted(seen):
@@ -217,3 +248,142 @@ class HaiCheckpointTrigger(BaseTrigger):
                 return HaiCheckpointEvent.found(seen, job)
             if job.state in TERMINAL_STATES:
                 return HaiCheckpointEvent(status="job_ended", job_id=job.id, job_state=job.state)
+
+
+class HaiCheckpointWatchTrigger(BaseEventTrigger):
+    """Fires once for each new checkpoint the hai server records, for an ``AssetWatcher``.
+
+    Watches one job (`job_id`) or every job that saves to a model directory (`model_dir`), as
+    the server sees them (``latest_checkpoint`` of ``hai task``), so it needs no access to the
+    files. Each event carries the checkpoint's path and step; a DAG scheduled on an asset with
+    this watcher runs once per event (events that arrive while a run is being created are given
+    to one run together: read them all from ``triggering_asset_events``). Checkpoints written
+    faster than `poll_interval` count as their newest. The first look reports the newest
+    checkpoint that already exists; where the triggerer keeps asset state (Airflow 3.3), the
+    last one reported is remembered there, so a restarted triggerer does not report it again.
+
+    It never ends, as the triggerer expects of a watcher: transient errors are retried with
+    jittered backoff, and a refusal (an unknown job, a token that may not see it) is logged and
+    tried again every `max_backoff` seconds until the connection or the DAG is fixed.
+
+    :param job_id: the hai job whose checkpoints count.
+    :param model_dir: count the checkpoints of every job (of those the connection may see) whose
+        ``model_dir`` is this directory, e.g. each resubmission of a training.
+    :param hai_conn_id: the Airflow connection to the hai server.
+    :param poll_interval: seconds between looks.
+    :param max_backoff: longest delay in seconds between attempts while the server does not answer.
+    """
+
+    def __init__(
+        self,
+        job_id: int | None = None,
+        model_dir: str | None = None,
+        hai_conn_id: str = DEFAULT_CONN_ID,
+        poll_interval: float = 30.0,
+        max_backoff: float = 300.0,
+    ) -> None:
+        super().__init__()
+        if (job_id is None) == (not model_dir):
+            raise ValueError("HaiCheckpointWatchTrigger needs exactly one of `job_id` and `model_dir`")
+        self.job_id = int(job_id) if job_id is not None else None
+        self.model_dir = model_dir or None
+        self.hai_conn_id = hai_conn_id
+        self.poll_interval = poll_interval
+        self.max_backoff = max_backoff
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "model_dir": self.model_dir,
+                "hai_conn_id": self.hai_conn_id,
+                "poll_interval": self.poll_interval,
+                "max_backoff": self.max_backoff,
+            },
+        )
+
+    @property
+    def watched(self) -> str:
+        return f"hai job {self.job_id}" if self.job_id is not None else f"model dir {self.model_dir}"
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        last = await self._recall()
+        hook = HaiAsyncHook(self.hai_conn_id)
+        async with await hook.get_conn() as client:
+            state: str | None = None
+            while True:
+                try:
+                    found, state = await self._look(client, state)
+                except HaiError as e:
+                    self.log.error(
+                        "cannot watch %s, trying again in %g s: %s", self.watched, self.max_backoff, e.message
+                    )
+                    await asyncio.sleep(self.max_backoff)
+                    continue
+                if found is not None and is_later(found[0], last):
+                    seen, job = found
+                    last = seen
+                    self.log.info("new checkpoint of %s: %s (step %s)", self.watched, seen.path, seen.step)
+                    yield TriggerEvent(
+                        HaiCheckpointEvent.found(seen, job, self.model_dir).model_dump(mode="json")
+                    )
+                    await self._remember(seen)
+
+    async def _look(
+        self, client: AsyncHaiClient, state: str | None
+    ) -> tuple[tuple[CheckpointSeen, JobView] | None, str | None]:
+        """The newest recorded checkpoint and its job, after waiting up to `poll_interval`."""
+        if self.job_id is not None:
+            # the long-poll is the wait between looks; it returns early only when the state changes
+            job = await aretry_transient(
+                partial(client.wait, self.job_id, since_state=state, timeout=self.poll_interval),
+                what=f"watching {self.watched} for checkpoints",
+                log=self.log,
+                max_backoff=self.max_backoff,
+            )
+            seen = job_checkpoint(job)
+            return ((seen, job) if seen else None), job.state
+        assert self.model_dir is not None
+        jobs = await aretry_transient(
+            partial(client.jobs, all=True),
+            what=f"watching {self.watched} for checkpoints",
+            log=self.log,
+            max_backoff=self.max_backoff,
+        )
+        found = newest_of_jobs(jobs, self.model_dir)
+        await asyncio.sleep(self.poll_interval)
+        return found, None
+
+    # ---- the last checkpoint reported, in the triggerer's asset state (when it keeps one) --------
+
+    @property
+    def _state_key(self) -> str:
+        return f"hai-checkpoint-watch:{self.watched}"
+
+    async def _recall(self) -> CheckpointSeen | None:
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return None
+        try:
+            kept = await store.aget(self._state_key)
+        # Remembering is an optimisation: a store that cannot answer means one repeated event.
+        except Exception as e:
+            self.log.warning("could not read the last checkpoint reported for %s: %s", self.watched, e)
+            return None
+        if not isinstance(kept, dict) or not kept.get("path"):
+            return None
+        path = str(kept["path"])
+        return CheckpointSeen(
+            path=path, step=checkpoint_step(path), saved_at=parse_time(kept.get("saved_at"))
+        )
+
+    async def _remember(self, seen: CheckpointSeen) -> None:
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return
+        value = {"path": seen.path, "saved_at": seen.saved_at.isoformat() if seen.saved_at else None}
+        try:
+            await store.aset(self._state_key, value)
+        except Exception as e:
+            self.log.warning("could not keep the last checkpoint reported for %s: %s", self.watched, e)

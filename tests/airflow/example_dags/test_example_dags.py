@@ -140,28 +140,57 @@ def test_hai_submit_training_form_is_validated(
         load_dag("hai_submit_training").test(run_conf=conf)
 
 
-def test_checkpoint_evaluation_scores_each_new_checkpoint(hai_conn: Callable[..., LiveServer]) -> None:
+def test_checkpoint_evaluation_is_scheduled_on_the_watched_model_dir(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hai_airflow.triggers.checkpoint import HaiCheckpointWatchTrigger
+
+    monkeypatch.setenv("HAI_EVAL_MODEL_DIR", "/nas/models/classifier")
+    dag = load_dag("checkpoint_evaluation")
+
+    asset = dag.timetable.asset_condition
+    assert (asset.name, asset.uri) == ("hai-model:/nas/models/classifier", "file:///nas/models/classifier")
+    (watcher,) = asset.watchers
+    assert isinstance(watcher.trigger, HaiCheckpointWatchTrigger)
+    assert watcher.trigger.model_dir == "/nas/models/classifier" and watcher.trigger.job_id is None
+    # one task scores every checkpoint of the run's asset events: no unrolled sensors
+    assert set(dag.task_ids) == {"new_checkpoints", "evaluate"}
+
+
+def test_checkpoint_evaluation_scores_what_the_watcher_reports(
+    hai_conn: Callable[..., LiveServer], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
     server = hai_conn()
+    model_dir = tmp_path / "models"
+    monkeypatch.setenv("HAI_EVAL_MODEL_DIR", str(model_dir))
+    dag = load_dag("checkpoint_evaluation")
     with server.client() as client:
         job = client.submit(
             StandaloneJobSpec(
                 task_name="long-training",
                 code_path=str(INCLUDE),
-                # Slow enough (about 30 s) that three evaluations, each importing torch, fit in it on
-                # a loaded machine; otherwise the last round rightly finds no newer checkpoint.
-                cmd="python3 train.py --steps 60 --ckpt-every 10 --keep 20 --step-sleep 0.5",
+                cmd="python3 train.py --steps 20 --ckpt-every 10 --keep 20",
                 resource_pkg=454,
+                model_dir=str(model_dir),
             )
         )
-        wait_for(client, job.id, lambda j: j.state == "RUNNING")
-        dag = load_dag("checkpoint_evaluation")
-        run = dag.test(run_conf={"job_id": job.id})
-        final = wait_for(client, job.id, lambda j: j.state == "SUCCEEDED", timeout=120)
+        wait_for(client, job.id, lambda j: j.state == "SUCCEEDED", timeout=120)
 
-    states = task_states(run)
-    assert all(states[f"evaluate_{i}"] == "success" for i in (1, 2, 3)), states
-    scored = [xcom(run, f"evaluate_{i}") for i in (1, 2, 3)]
-    steps = [s["step"] for s in scored]
-    assert steps == sorted(set(steps)) and all(step % 10 == 0 for step in steps)
-    assert all(s["loss"] > 0 for s in scored)
-    assert final.latest_checkpoint is not None
+    async def first_event() -> dict[str, object]:
+        async for event in dag.timetable.asset_condition.watchers[0].trigger.run():
+            return dict(event.payload)
+        raise AssertionError("the watcher ended")
+
+    reported = asyncio.run(asyncio.wait_for(first_event(), 60))
+    assert reported["job_id"] == job.id and str(reported["checkpoint"]).startswith(str(model_dir))
+
+    checkpoint = str(model_dir / "checkpoint-00000010.pt")
+    run = dag.test(run_conf={"checkpoint": checkpoint})
+    assert task_states(run) == {"new_checkpoints": "success", "evaluate": "success"}
+    scored = xcom(run, "evaluate")  # map index 0, the only one
+    assert scored["checkpoint"] == checkpoint and scored["step"] == 10 and scored["loss"] > 0
+
+
+def test_checkpoint_evaluation_without_a_checkpoint_skips() -> None:
+    run = load_dag("checkpoint_evaluation").test()
+    assert task_states(run)["new_checkpoints"] == "skipped"
