@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
 import signal
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -19,9 +18,10 @@ from docker.types import DeviceRequest
 
 from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
-from hai_airflow.backends.docker_logs import last_lines, merge_lines, worker_prefix
+from hai_airflow.backends.docker_logs import merge_lines
 from hai_airflow.backends.gitcode import CheckoutError, checkout
-from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.launches import handle_data
+from hai_airflow.backends.live_logs import FanIn, WorkerLog, kept_log, read_workers
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import WorkerSlot
@@ -58,9 +58,7 @@ class _Instance:
 
     @classmethod
     def from_handle(cls, handle: Handle) -> _Instance:
-        data = handle.data
-        if data.get("backend") != DockerBackend.name:
-            raise ValueError(f"it belongs to the {data.get('backend')!r} backend")
+        data = handle_data(handle, DockerBackend.name)
         return cls(
             handle.instance_id,
             list(data["containers"]),
@@ -326,71 +324,46 @@ class DockerBackend:
 
     # ---- logs -------------------------------------------------------------------------------------
 
+    def worker_logs(self, handle: Handle) -> list[WorkerLog]:
+        """The instance's container logs in rank order, as the engine serves them while they exist."""
+        return [self._worker_log(name) for name in _Instance.from_handle(handle).containers]
+
+    def _worker_log(self, name: str) -> WorkerLog:
+        def open_log(follow: bool, tail: int | None) -> Iterable[bytes]:
+            # follow=False with stream=True: the SDK would otherwise follow until the container exits.
+            answer: Iterable[bytes] = self.client.api.logs(
+                name, stdout=True, stderr=True, stream=True, follow=follow,
+                timestamps=not follow, tail="all" if tail is None else tail,
+            )  # fmt: skip
+            return answer
+
+        return WorkerLog(f"container {name}", open_log)
+
     def _merged(self, inst: _Instance) -> Iterator[str]:
         """The instance's log, its workers' container logs merged by time as the engine streams them."""
         streams: list[Iterable[bytes]] = []
         for name in inst.containers:
             try:
-                # follow=False: the SDK would otherwise follow a stream until the container exits.
-                answer = self.client.api.logs(
-                    name, stdout=True, stderr=True, timestamps=True, stream=True, follow=False
-                )
-                streams.append(answer)
+                streams.append(self._worker_log(name).open(False, None))
             except NotFound:
                 streams.append([])
         return merge_lines(streams)
 
-    def read_log(self, instance_id: int, tail: int = 0) -> str:
+    def _running(self, instance_id: int) -> _Instance | None:
         with self._lock:
-            inst = self._instances.get(instance_id)
-            ended = self._ended_logs.get(instance_id)
+            return self._instances.get(instance_id)
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        inst = self._running(instance_id)
         if inst is not None:
-            with contextlib.suppress(DockerException):
-                return last_lines("".join(self._merged(inst)), tail)
-            ended = inst.log_path
-        if ended is None:
-            raise KeyError(f"instance {instance_id} is not known to the docker backend")
-        return read_tail(ended, tail, home=self.home)
+            return read_workers(self.worker_logs(inst.handle()), tail, _explain)
+        return kept_log(self._ended_logs, instance_id, self.name, tail, self.home)
 
     def follow_log(self, instance_id: int) -> Iterator[str]:
-        with self._lock:
-            inst = self._instances.get(instance_id)
-            ended = self._ended_logs.get(instance_id)
+        inst = self._running(instance_id)
         if inst is not None:
-            return self._follow(inst)
-        if ended is None:
-            raise KeyError(f"instance {instance_id} is not known to the docker backend")
-        return iter([read_tail(ended, home=self.home)])
-
-    def _follow(self, inst: _Instance) -> Iterator[str]:
-        chunks: queue.Queue[str | None] = queue.Queue()
-        workers = len(inst.containers)
-        for rank, name in enumerate(inst.containers):
-            threading.Thread(
-                target=self._pump, args=(name, worker_prefix(rank, workers), chunks), daemon=True
-            ).start()
-        done = 0
-        while done < workers:
-            chunk = chunks.get()
-            if chunk is None:
-                done += 1
-            else:
-                yield chunk
-
-    def _pump(self, name: str, prefix: str, out: queue.Queue[str | None]) -> None:
-        try:
-            stream = self.client.api.logs(name, stdout=True, stderr=True, stream=True, follow=True)
-            pending = ""
-            for data in stream:
-                head, sep, pending = (pending + data.decode("utf-8", errors="replace")).rpartition("\n")
-                if sep:
-                    out.put("".join(prefix + line + "\n" for line in head.split("\n")))
-            if pending:
-                out.put(prefix + pending + "\n")
-        except DockerException:
-            pass
-        finally:
-            out.put(None)
+            return FanIn(self.worker_logs(inst.handle()), explain=_explain)
+        return iter([kept_log(self._ended_logs, instance_id, self.name, 0, self.home)])
 
     def close(self) -> None:
         self.client.close()

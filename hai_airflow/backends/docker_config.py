@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, launch_mounts
+from hai_airflow.backends.launches import image_of
 from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,
@@ -60,14 +61,6 @@ class DockerOptions(BaseModel):
         description="Label value marking this server's containers; a restarted server adopts these only.",
     )
     api_timeout_seconds: int = Field(default=120, gt=0, description="Limit for one call to the engine.")
-
-
-def image_of(launch: Launch) -> str:
-    """The image every worker runs: the worker image of a distributed job, else the job's image."""
-    spec = launch.spec
-    if isinstance(spec, DistributedJobSpec) and spec.worker_image:
-        return spec.worker_image
-    return spec.image
 
 
 def container_name(instance_id: int, rank: int) -> str:

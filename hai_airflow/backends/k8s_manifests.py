@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine, job_paths, launch_rules
+from hai_airflow.backends.launches import image_of
 from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,
@@ -160,13 +161,6 @@ def slots(launch: Launch) -> list[WorkerSlot]:
 
 def is_distributed(launch: Launch) -> bool:
     return isinstance(launch.spec, DistributedJobSpec)
-
-
-def image_of(launch: Launch) -> str:
-    spec = launch.spec
-    if isinstance(spec, DistributedJobSpec) and spec.worker_image:
-        return spec.worker_image
-    return spec.image
 
 
 def _storage_path(opts: KubernetesOptions, storage_id: int) -> str:
@@ -455,13 +449,20 @@ def gang_service(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
     }
 
 
-def mpirun_argv(launch: Launch) -> list[str]:
-    """The launcher's command: one process per GPU over every worker (the operator writes the hostfile)."""
+def mpirun_argv(launch: Launch, forwarded: Iterable[str]) -> list[str]:
+    """The launcher's command: one process per GPU over every worker (the operator writes the hostfile).
+
+    Ranks start under the workers' sshd, which does not pass its container's environment on: every
+    variable named in `forwarded` (the launcher's own: the job's `HAI_*` set and its `env`) goes to every
+    rank with `-x NAME`, so a rank sees the same model dir, resume flag and notice path as a pod would.
+    """
     total = sum(max(1, len(w.gpus)) for w in launch.placement) or 1
     inner = shlex.join(["/bin/sh", "-c", launch.spec.cmd])
+    names = sorted(set(forwarded) - {"NCCL_DEBUG", "PATH", "LD_LIBRARY_PATH"})
+    exports = [arg for name in names for arg in ("-x", name)]
     return [
         "mpirun", "--allow-run-as-root", "-np", str(total), "-bind-to", "none", "-map-by", "slot",
-        "-x", "NCCL_DEBUG=WARN", "-x", "PATH", "-x", "LD_LIBRARY_PATH",
+        "-x", "NCCL_DEBUG=WARN", "-x", "PATH", "-x", "LD_LIBRARY_PATH", *exports,
         "/bin/sh", "-c", inner,
     ]  # fmt: skip
 
@@ -486,7 +487,12 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
     )  # fmt: skip
     launcher_worker = WorkerPlacement(node="", gpus=(), cpus=opts.mpi_launcher_cpus, memory_gb=1)
     launcher_env = {k: v for k, v in env.items() if k != "CUDA_VISIBLE_DEVICES"}
-    launcher_spec = pod_spec(launch, opts, launcher_worker, launcher_env, mpirun_argv(launch), [])
+    argv = mpirun_argv(launch, launcher_env)
+    launcher_spec = pod_spec(launch, opts, launcher_worker, launcher_env, argv, [])
+    # v2beta1 takes the restart policy from each replica spec and warns (SetPodTemplateRestartPolicy)
+    # when a template sets its own.
+    for spec in (launcher_spec, worker_template_spec):
+        spec.pop("restartPolicy", None)
     return {
         "apiVersion": f"{MPI_GROUP}/{MPI_VERSION}",
         "kind": "MPIJob",
@@ -499,6 +505,8 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
         "spec": {
             "slotsPerWorker": max(1, gpus_per_worker),
             "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 0},
+            # mpirun starts once every worker's sshd is ready, not into a race with them.
+            "launcherCreationPolicy": "WaitForWorkersReady",
             "mpiImplementation": "OpenMPI",
             "mpiReplicaSpecs": {
                 "Launcher": {

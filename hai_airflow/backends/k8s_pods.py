@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,3 +98,46 @@ def describe(state: PodState | None) -> str:
     if code > 128:
         return f"killed by signal {code - 128} (exit code {code})"
     return f"exit code {code}"
+
+
+@dataclass(frozen=True)
+class MpiJobEnd:
+    """How the MPI Operator says an MPIJob ended: its Succeeded or Failed condition."""
+
+    succeeded: bool
+    reason: str
+    message: str
+
+    @property
+    def words(self) -> str:
+        said = ": ".join(part for part in (self.reason, self.message) if part)
+        return f"the MPIJob {'succeeded' if self.succeeded else 'failed'}" + (f" ({said})" if said else "")
+
+
+def mpijob_end(mpijob: Mapping[str, Any]) -> MpiJobEnd | None:
+    """The MPIJob's end from its status conditions (v2beta1 JobCondition); None while it has not ended."""
+    conditions = (mpijob.get("status") or {}).get("conditions") or []
+    for cond in reversed(conditions):
+        if cond.get("type") in ("Succeeded", "Failed") and cond.get("status") == "True":
+            return MpiJobEnd(cond["type"] == "Succeeded", cond.get("reason") or "", cond.get("message") or "")
+    return None
+
+
+def dropped_fields(sent: Mapping[str, Any], kept: Mapping[str, Any], path: str = "") -> list[str]:
+    """Fields of `sent` missing from `kept` (the object as the API server stored it), as dotted paths.
+
+    An API server prunes the fields a structural schema does not know, silently before Kubernetes 1.25
+    (where `fieldValidation=Strict` refuses them instead): a dropped field is a mismatch to report.
+    """
+    dropped = []
+    for key, value in sent.items():
+        where = f"{path}.{key}" if path else key
+        if key not in kept:
+            dropped.append(where)
+        elif isinstance(value, Mapping) and isinstance(kept[key], Mapping):
+            dropped += dropped_fields(value, kept[key], where)
+        elif isinstance(value, list) and isinstance(kept[key], list):
+            for i, (a, b) in enumerate(zip(value, kept[key], strict=False)):
+                if isinstance(a, Mapping) and isinstance(b, Mapping):
+                    dropped += dropped_fields(a, b, f"{where}[{i}]")
+    return dropped

@@ -5,10 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,10 +18,19 @@ from kubernetes.utils.quantity import parse_quantity
 
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
-from hai_airflow.backends.docker_logs import merge, worker_prefix
+from hai_airflow.backends.docker_logs import merge
 from hai_airflow.backends.inventory import gpu_type
-from hai_airflow.backends.k8s_pods import BROKEN_AT_START, PodState, describe, pod_state
-from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.k8s_pods import (
+    BROKEN_AT_START,
+    MpiJobEnd,
+    PodState,
+    describe,
+    dropped_fields,
+    mpijob_end,
+    pod_state,
+)
+from hai_airflow.backends.launches import handle_data
+from hai_airflow.backends.live_logs import FanIn, WorkerLog, kept_log, read_workers
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import per_gpu
 from hai_airflow.scheduling.model import Node
@@ -72,9 +80,7 @@ class _Instance:
 
     @classmethod
     def from_handle(cls, handle: Handle) -> _Instance:
-        d = handle.data
-        if d.get("backend") != KubernetesBackend.name:
-            raise ValueError(f"it belongs to the {d.get('backend')!r} backend")
+        d = handle_data(handle, KubernetesBackend.name)
         return cls(
             handle.instance_id,
             str(d["kind"]),
@@ -165,10 +171,22 @@ class KubernetesBackend:
         try:
             if use_mpijob:
                 body = m.mpijob(launch, self.options)
-                self.custom.create_namespaced_custom_object(
-                    m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, body
+                # Strict: a field the installed operator's schema does not know is refused, not dropped.
+                stored = self.custom.create_namespaced_custom_object(
+                    m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, body, field_validation="Strict"
                 )
                 name = body["metadata"]["name"]
+                created.append(("mpijob", name))
+                # Before Kubernetes 1.25 the API server drops such a field instead: compare what it kept.
+                dropped = dropped_fields(body["spec"], (stored or {}).get("spec") or {}, "spec")
+                if dropped:
+                    for kind, made in created:
+                        self._delete(kind, made, 0)
+                    raise StartError(
+                        f"the installed MPI Operator's MPIJob schema has no field {dropped[0]}: upgrade the "
+                        f"operator to one serving {m.MPI_GROUP}/{m.MPI_VERSION} with it, or set "
+                        '[backend] mpi_operator = "never" to run distributed jobs as pods'
+                    )
                 inst = _Instance(launch.instance_id, "mpijob", [], None, name, launch.log_path, time.time())
             else:
                 service = None
@@ -338,9 +356,11 @@ class KubernetesBackend:
         return sorted(known)
 
     def _check(self, inst: _Instance, now: float) -> Exit | None:
+        # Asked before taking the lock: the watch thread must not wait on an API call.
+        ended = self._mpijob_end(inst) if inst.mpijob else None
         with self._lock:
             if inst.kind == "mpijob":
-                return self._check_mpijob(inst, now)
+                return self._check_mpijob(inst, now, ended)
             states = [self._pods.get(n) for n in inst.pods]
         present = [s for s in states if s is not None]
         if all(s is not None and s.running for s in states):
@@ -374,13 +394,31 @@ class KubernetesBackend:
             return self._start_timed_out(inst, present, len(states))
         return None
 
-    def _check_mpijob(self, inst: _Instance, now: float) -> Exit | None:
+    def _mpijob_end(self, inst: _Instance) -> MpiJobEnd | None:
+        """The MPIJob's end as its operator set it in the status conditions; None while it has not ended."""
+        try:
+            obj = self.custom.get_namespaced_custom_object(
+                m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, str(inst.mpijob)
+            )
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("cannot read MPIJob %s: %s", inst.mpijob, _explain(e))
+            return None
+        return mpijob_end(obj)
+
+    def _check_mpijob(self, inst: _Instance, now: float, ended: MpiJobEnd | None) -> Exit | None:
         pods = [s for s in self._pods.values() if s.instance_id == inst.instance_id]
         launcher = next((s for s in pods if s.role == "launcher"), None)
         if launcher is None:
             launcher = next((s for s in inst.last.values() if s.role == "launcher"), None)
             if inst.stopping and not pods:
                 return self._finish(inst, self._stopped_outcome(inst))
+        if ended is not None and not inst.stopping:
+            # The operator's word decides; the launcher's exit code, when seen, says more of a failure.
+            code = launcher.exit_code if launcher is not None and launcher.terminal else None
+            if ended.succeeded:
+                return self._finish(inst, (0, "completed"))
+            return self._finish(inst, (code if code else None, ended.words))
         if launcher is not None and launcher.running:
             inst.formed = True
         if launcher is not None and launcher.terminal:
@@ -470,59 +508,44 @@ class KubernetesBackend:
         except OSError as e:
             log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
 
-    def read_log(self, instance_id: int, tail: int = 0) -> str:
+    def worker_logs(self, handle: Handle) -> list[WorkerLog]:
+        """A running instance's pod logs in rank order; an MPIJob's is its launcher's (mpirun's)."""
+        inst = _Instance.from_handle(handle)
+        if inst.kind == "pods":
+            names = inst.pods
+        else:
+            selector = m.instance_selector(self.options, inst.instance_id)
+            listed = self.core.list_namespaced_pod(self.ns, label_selector=selector).items
+            names = sorted(p.metadata.name for p in listed if pod_state(p).role == "launcher")
+        return [self._worker_log(name) for name in names]
+
+    def _worker_log(self, name: str) -> WorkerLog:
+        def open_log(follow: bool, tail: int | None) -> Iterable[bytes]:
+            answer = self.core.read_namespaced_pod_log(
+                name, self.ns, container=m.MAIN, follow=follow, timestamps=not follow,
+                tail_lines=tail, _preload_content=False,
+            )  # fmt: skip
+            # A followed answer is read as it comes; the rest is read whole (it ends with the request).
+            chunks: Iterable[bytes] = answer.stream() if follow else [answer.data]
+            return chunks
+
+        return WorkerLog(f"pod {name}", open_log)
+
+    def _running(self, instance_id: int) -> _Instance | None:
         with self._lock:
-            inst = self._instances.get(instance_id)
-            ended = self._ended_logs.get(instance_id)
-        if inst is None:
-            if ended is None:
-                raise KeyError(f"instance {instance_id} is not known to the kubernetes backend")
-            return read_tail(ended, tail, home=self.home)
-        names = self._pod_names(inst)
-        for name in names:
-            self._capture(inst, name)
-        text = merge([inst.logs.get(n, b"") for n in names])
-        return text if tail <= 0 else "".join(text.splitlines(keepends=True)[-tail:])
+            return self._instances.get(instance_id)
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        inst = self._running(instance_id)
+        if inst is not None:
+            return read_workers(self.worker_logs(inst.handle(self.ns)), tail, _explain_any)
+        return kept_log(self._ended_logs, instance_id, self.name, tail, self.home)
 
     def follow_log(self, instance_id: int) -> Iterator[str]:
-        with self._lock:
-            inst = self._instances.get(instance_id)
-            ended = self._ended_logs.get(instance_id)
-        if inst is None:
-            if ended is None:
-                raise KeyError(f"instance {instance_id} is not known to the kubernetes backend")
-            return iter([read_tail(ended, home=self.home)])
-        return self._follow(self._pod_names(inst))
-
-    def _follow(self, names: list[str]) -> Iterator[str]:
-        chunks: queue.Queue[str | None] = queue.Queue()
-        for rank, name in enumerate(names):
-            prefix = worker_prefix(rank, len(names))
-            threading.Thread(target=self._pump, args=(name, prefix, chunks), daemon=True).start()
-        done = 0
-        while done < len(names):
-            chunk = chunks.get()
-            if chunk is None:
-                done += 1
-            else:
-                yield chunk
-
-    def _pump(self, name: str, prefix: str, out: queue.Queue[str | None]) -> None:
-        try:
-            answer = self.core.read_namespaced_pod_log(
-                name, self.ns, container=m.MAIN, follow=True, _preload_content=False
-            )
-            pending = ""
-            for data in answer.stream():
-                head, sep, pending = (pending + data.decode("utf-8", errors="replace")).rpartition("\n")
-                if sep:
-                    out.put("".join(prefix + line + "\n" for line in head.split("\n")))
-            if pending:
-                out.put(prefix + pending + "\n")
-        except Exception as e:
-            log.debug("following the log of pod %s stopped: %s", name, e)
-        finally:
-            out.put(None)
+        inst = self._running(instance_id)
+        if inst is not None:
+            return FanIn(self.worker_logs(inst.handle(self.ns)), explain=_explain_any)
+        return iter([kept_log(self._ended_logs, instance_id, self.name, 0, self.home)])
 
     # ---- restart ----------------------------------------------------------------------------------
 
@@ -624,3 +647,7 @@ def _explain(e: ApiException) -> str:
         return str(json.loads(e.body)["message"])
     except (TypeError, ValueError, KeyError):
         return f"{e.status} {e.reason}"
+
+
+def _explain_any(e: Exception) -> str:
+    return _explain(e) if isinstance(e, ApiException) else str(e)

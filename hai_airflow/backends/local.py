@@ -35,6 +35,7 @@ from hai_airflow.backends.jobuser import (
     run_as_problem,
     server_user,
 )
+from hai_airflow.backends.launches import handle_data, image_of
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.supervisor import RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
@@ -215,7 +216,7 @@ class LocalBackend:
         notice_path = Path(launch.env.get("HAI_PREEMPT_NOTICE") or launch.work_dir / "preempt-notice")
         # A notice left from an earlier suspension would make the resumed run stop at once.
         notice_path.unlink(missing_ok=True)
-        image = (getattr(spec, "worker_image", None) or spec.image) if distributed else spec.image
+        image = image_of(launch)
         notice = str(notice_path)
         user = self._job_user(launch)
         platform = base_env(
@@ -583,9 +584,7 @@ def _supervisor_groups(work_dir: Path) -> list[int]:
 
 
 def _adopt(handle: Handle) -> _Instance:
-    data = handle.data
-    if data.get("backend") != LocalBackend.name:
-        raise ValueError(f"it belongs to the {data.get('backend')!r} backend")
+    data = handle_data(handle, LocalBackend.name)
     workers = [_Worker.adopted(w) for w in data["workers"]]
     if not workers:
         raise ValueError("it lists no workers")

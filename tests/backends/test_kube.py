@@ -312,6 +312,80 @@ def test_a_restart_picks_up_an_exit_that_happened_while_the_server_was_down(kube
     assert wait_exit(restarted, launch.instance_id).exit_code == 4
 
 
+STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+INT32 = {"type": "integer", "format": "int32"}
+REPLICA_SPEC = {
+    "type": "object",
+    "properties": {
+        "replicas": INT32,
+        "restartPolicy": {"type": "string"},
+        "template": {
+            "type": "object",
+            "properties": {
+                "metadata": {"type": "object", "properties": {"labels": STRINGS, "annotations": STRINGS}},
+                # The operator's CRD spells out the whole PodSpec (8,000 lines); the API server checks
+                # it again when the operator creates the pods from it, so here it is kept as sent.
+                "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            },
+        },
+    },
+}
+MPIJOB_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "required": ["mpiReplicaSpecs"],
+            "properties": {
+                # types.go declares this enum; the generated CRD lost it to a typo ("Enum:" for "Enum=").
+                "launcherCreationPolicy": {"type": "string", "enum": ["AtStartup", "WaitForWorkersReady"]},
+                "mpiImplementation": {"type": "string", "enum": ["OpenMPI", "Intel", "MPICH"]},
+                "slotsPerWorker": INT32,
+                "runLauncherAsWorker": {"type": "boolean"},
+                "sshAuthMountPath": {"type": "string"},
+                "runPolicy": {
+                    "type": "object",
+                    "properties": {
+                        "cleanPodPolicy": {"type": "string"},
+                        "backoffLimit": INT32,
+                        "activeDeadlineSeconds": {"type": "integer", "format": "int64"},
+                        "ttlSecondsAfterFinished": INT32,
+                        "suspend": {"type": "boolean"},
+                    },
+                },
+                "mpiReplicaSpecs": {"type": "object", "additionalProperties": REPLICA_SPEC},
+            },
+        },
+        "status": {
+            "type": "object",
+            "properties": {
+                "conditions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["type", "status"],
+                        "properties": {
+                            key: {"type": "string"}
+                            for key in (
+                                "type",
+                                "status",
+                                "reason",
+                                "message",
+                                "lastUpdateTime",
+                                "lastTransitionTime",
+                            )
+                        },
+                    },
+                },
+                "startTime": {"type": "string", "format": "date-time"},
+                "completionTime": {"type": "string", "format": "date-time"},
+            },
+        },
+    },
+}
 MPIJOB_CRD = {
     "apiVersion": "apiextensions.k8s.io/v1",
     "kind": "CustomResourceDefinition",
@@ -325,13 +399,16 @@ MPIJOB_CRD = {
                 "name": "v2beta1",
                 "served": True,
                 "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
+                # Structural, adapted from kubeflow/mpi-operator's manifests/base/kubeflow.org_mpijobs.yaml
+                # (the fields the backend sends), so the API server refuses a field it does not know.
+                "schema": {"openAPIV3Schema": MPIJOB_SCHEMA},
+                "subresources": {"status": {}},
             }
         ],
     },
 }
+"""The MPI Operator's CRD. Its controller cannot be built here (its Go modules are not reachable), so
+the tests play it: they create the launcher pod and set the MPIJob's status conditions themselves."""
 
 
 @pytest.fixture
@@ -385,6 +462,15 @@ def test_distributed_with_the_mpi_operator_is_an_mpijob(kube: KubeTest, mpi_crd:
     assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-node-0", "gpu-node-1"]
     assert "podAntiAffinity" in worker["affinity"]  # one worker per node
     assert worker["terminationGracePeriodSeconds"] == 60
+    # v2beta1: the policies sit on the MPIJob and its replica specs, none in a pod template.
+    assert job["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    for role in ("Launcher", "Worker"):
+        assert replicas[role]["restartPolicy"] == "Never"
+        assert "restartPolicy" not in replicas[role]["template"]["spec"]
+    # sshd gives the ranks none of the worker's env: mpirun forwards each variable by name.
+    forwarded = {launcher["command"][i + 1] for i, arg in enumerate(launcher["command"]) if arg == "-x"}
+    assert {"HAI_JOB_ID", "HAI_INSTANCE_ID", "HAI_RESUME", "HAI_PREEMPT_NOTICE"} <= forwarded
+    assert {e["name"] for e in launcher["env"]} <= forwarded | {"NCCL_DEBUG"}
 
     # Playing the operator: it creates the launcher pod from the template, which keeps our labels.
     template = replicas["Launcher"]["template"]
@@ -402,3 +488,125 @@ def test_distributed_with_the_mpi_operator_is_an_mpijob(kube: KubeTest, mpi_crd:
     kube.set_terminated(f"hai-{iid}-launcher", 0)
     assert wait_exit(backend, iid).exit_code == 0
     wait_until(lambda: not mpijobs(kube), "MPIJob removal")
+
+
+def test_the_api_server_refuses_a_wrong_mpijob_field_and_the_backend_a_dropped_one(
+    kube: KubeTest, mpi_crd: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from hai_airflow.backends.base import StartError
+
+    launch = kube.launch("python3 train.py", mode="distributed", gpus=((0, 1), (0, 1)))
+    body = m.mpijob(launch, m.KubernetesOptions(namespace=kube.ns))
+
+    def create(spec: dict[str, Any]) -> dict[str, Any]:
+        doc = {**body, "metadata": {"name": f"wrong-{uuid.uuid4().hex[:6]}"}, "spec": spec}
+        created: dict[str, Any] = kube.custom.create_namespaced_custom_object(
+            m.MPI_GROUP, m.MPI_VERSION, kube.ns, m.MPI_PLURAL, doc, field_validation="Strict"
+        )
+        return created
+
+    # A misspelt value, a wrong type: refused by the schema itself.
+    for field, spec in {
+        "spec.mpiImplementation": {**body["spec"], "mpiImplementation": "OpenMpi"},
+        "spec.slotsPerWorker": {**body["spec"], "slotsPerWorker": "2"},
+    }.items():
+        with pytest.raises(ApiException) as refused:
+            create(spec)
+        assert refused.value.status == 422 and field in refused.value.body
+    # A field v2beta1 does not have (the restart policy belongs in each replica spec): this API server
+    # (1.20) drops it; 1.25 and later refuse it under the fieldValidation=Strict the backend sends.
+    stored = create({**body["spec"], "restartPolicy": "Never"})
+    assert (
+        "restartPolicy" not in stored["spec"]
+        and stored["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
+    )
+    # The backend notices a dropped field and refuses to start, naming it, with nothing left behind.
+    before = {j["metadata"]["name"] for j in mpijobs(kube)}
+    misspelt = {**body, "spec": {**body["spec"], "launcherCreationPolicies": "WaitForWorkersReady"}}
+    monkeypatch.setattr(m, "mpijob", lambda launch, opts: misspelt)
+    with pytest.raises(
+        StartError, match=r"has no field spec\.launcherCreationPolicies: upgrade the operator"
+    ):
+        kube.backend().start(launch)
+    wait_until(
+        lambda: {j["metadata"]["name"] for j in mpijobs(kube)} == before, "the refused MPIJob's removal"
+    )
+    monkeypatch.undo()
+    # What the backend sends passes the same schema whole.
+    kube.backend().start(launch)
+    assert body["metadata"]["name"] in {j["metadata"]["name"] for j in mpijobs(kube)}
+
+
+def set_mpijob_condition(kube: KubeTest, name: str, kind: str, reason: str, message: str) -> None:
+    """Playing the MPI Operator's controller (it cannot be built here): its last word on the job."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conditions = [
+        {"type": "Running", "status": "False", "reason": "MPIJobRunning", "lastTransitionTime": now},
+        {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now},
+    ]
+    kube.custom.patch_namespaced_custom_object_status(
+        m.MPI_GROUP, m.MPI_VERSION, kube.ns, m.MPI_PLURAL, name, {"status": {"conditions": conditions}}
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "launcher_code", "expected"),
+    [
+        pytest.param("Succeeded", 0, (0, "completed"), id="Succeeded ends it as completed"),
+        pytest.param(
+            "Failed", 3, (3, "the MPIJob failed (MPIJobFailed: launcher exited 3)"),
+            id="Failed ends it with the launcher's code and the operator's words",
+        ),
+    ],
+)  # fmt: skip
+def test_an_mpijob_ends_when_its_conditions_say_so(
+    kube: KubeTest, mpi_crd: None, kind: str, launcher_code: int, expected: tuple[int, str]
+) -> None:
+    backend = kube.backend()
+    launch = kube.launch("python3 train.py", mode="distributed", gpus=((0, 1), (0, 1)))
+    iid = launch.instance_id
+    name = backend.start(launch).data["mpijob"]
+    (job,) = mpijobs(kube)
+    template = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    labels = {**template["metadata"]["labels"], m.MPI_ROLE_LABEL: "launcher"}
+    pod = {"metadata": {"name": f"{name}-launcher", "labels": labels}, "spec": template["spec"]}
+    kube.core.create_namespaced_pod(kube.ns, pod)
+    kube.set_running(f"{name}-launcher")
+    time.sleep(0.3)
+    assert backend.poll() == []
+    kube.set_terminated(f"{name}-launcher", launcher_code)
+    set_mpijob_condition(kube, name, kind, "MPIJob" + kind, f"launcher exited {launcher_code}")
+    ended = wait_exit(backend, iid)
+    assert (ended.exit_code, ended.reason) == expected
+
+
+def test_running_pods_logs_are_asked_of_the_api_and_a_refusal_is_a_clear_line(kube: KubeTest) -> None:
+    """No kubelet serves pod logs here: the API server refuses, and the log says so, per worker."""
+    backend = kube.backend(pin="node_name")
+    launch = kube.launch(
+        "python3 train.py", mode="distributed", gpus=((0, 1), (0, 1)), processes="per-worker"
+    )
+    handle = backend.start(launch)
+    pods = handle.data["pods"]
+    for name in pods:
+        kube.set_running(name)
+    asked: list[tuple[str, bool]] = []
+    real = backend.core.read_namespaced_pod_log
+
+    def recording(name: str, namespace: str, **kw: Any) -> Any:
+        asked.append((name, bool(kw.get("follow"))))
+        return real(name, namespace, **kw)
+
+    backend.core.read_namespaced_pod_log = recording
+    text = backend.read_log(launch.instance_id)
+    lines = text.splitlines()
+    assert [line.split(" cannot be read now: ")[0] for line in lines] == [
+        f"[hai] the log of pod {p}" for p in pods
+    ]
+    assert all(line.endswith("it is shown once the instance ends.") for line in lines)
+    assert "Traceback" not in text and "HTTP response" not in text
+    followed = list(backend.follow_log(launch.instance_id))
+    assert sorted(chunk.split("[hai]")[0] for chunk in followed) == ["[worker 0] ", "[worker 1] "]
+    assert sorted(asked) == sorted([(p, False) for p in pods] + [(p, True) for p in pods])

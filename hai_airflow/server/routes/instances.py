@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
-from fastapi.concurrency import run_in_threadpool
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from hai_airflow.backends import logs
+from hai_airflow.backends import load_backend, logs
+from hai_airflow.backends.base import Handle
+from hai_airflow.backends.live_logs import FanIn, LiveLogs, WorkerLog, read_workers
 from hai_airflow.backends.safefs import UnsafeFile
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
@@ -21,9 +26,13 @@ from hai_airflow.server.tables import InstanceRow
 from hai_airflow.server.views import instance_view
 from hai_airflow.spec import STORE_INT_MAX, InstanceView, StoreId
 
+logger = logging.getLogger(__name__)
 router = APIRouter()
 LOG_POLL_SECONDS = 0.2
 TEXT = "text/plain; charset=utf-8"
+FILE_ONLY_BACKENDS = frozenset({"local"})
+"""Backends whose jobs write the instance's log file as they run: the file is the live log."""
+_LOADING = threading.Lock()
 
 
 @router.get("/instances/{instance_id}")
@@ -37,15 +46,23 @@ def instance_log(
     instance_id: StoreId,
     ctx: CtxDep,
     caller: CallerDep,
+    request: Request,
     tail: Annotated[int, Query(ge=0, le=STORE_INT_MAX)] = 0,
     follow: bool = False,
 ) -> Response:
+    """While the instance runs, its workers' logs as the backend serves them; after, the kept log file."""
     with ctx.store.read() as s:
         inst = visible_instance(s, caller, instance_id)
         path = Path(inst.log_path) if inst.log_path else None
+        running = Handle(inst.id, json.loads(inst.handle)) if inst.handle and inst.ended_at is None else None
     if path is None:
         # Not started yet: no log, and nothing to follow until the next instance.
         return PlainTextResponse("")
+    workers = _worker_logs(request, ctx, running) if running is not None else []
+    if workers and follow:
+        return StreamingResponse(_follow_live(ctx, instance_id, workers, tail, path), media_type=TEXT)
+    if workers:
+        return PlainTextResponse(read_workers(workers, tail))
     log = logs.LogCursor(path, ctx.home)
     try:
         log.ready()
@@ -58,6 +75,56 @@ def instance_log(
             return PlainTextResponse(log.tail(tail) + log.rest())
     # The whole log goes out one block at a time, never held in memory at once.
     return StreamingResponse(log.stream(), media_type=TEXT)
+
+
+def _live_backend(request: Request, ctx: ServerContext) -> LiveLogs | None:
+    """The backend that serves running instances' logs, made once per app on first use.
+
+    It reads by the saved handle, so any server answers, also a standby that does not run the controller.
+    None when the instance's log file is its live log (local) or the backend cannot be reached now.
+    """
+    name = ctx.config.server.backend
+    if name in FILE_ONLY_BACKENDS:
+        return None
+    with _LOADING:
+        backend = getattr(request.app.state, "log_backend", None)
+        if backend is None:
+            try:
+                backend = load_backend(name, ctx.config.backend, ctx.home)
+            except Exception as e:
+                logger.warning(
+                    "live logs come from the kept files only: the %s backend is unusable: %s", name, e
+                )
+                return None
+            request.app.state.log_backend = backend
+    return backend if isinstance(backend, LiveLogs) else None
+
+
+def _worker_logs(request: Request, ctx: ServerContext, handle: Handle) -> list[WorkerLog]:
+    """The running instance's workers' logs; [] (read the file) when the backend cannot name them now."""
+    backend = _live_backend(request, ctx)
+    if backend is None:
+        return []
+    try:
+        return backend.worker_logs(handle)
+    except Exception as e:
+        logger.warning("cannot find the workers of instance %d: %s", handle.instance_id, e)
+        return []
+
+
+async def _follow_live(
+    ctx: ServerContext, instance_id: int, workers: list[WorkerLog], tail: int, path: Path
+) -> AsyncIterator[str]:
+    """The workers' logs followed from the backend; when one cannot be read, the kept log once it ends."""
+    fan_in = FanIn(workers, tail)
+    try:
+        async for text in iterate_in_threadpool(fan_in):
+            yield text
+    finally:
+        fan_in.close()
+    if fan_in.unreadable:
+        async for text in _follow(ctx, instance_id, logs.LogCursor(path, ctx.home), 0):
+            yield text
 
 
 def _refused(instance_id: int, exc: UnsafeFile) -> ApiError:
