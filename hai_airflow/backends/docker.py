@@ -20,7 +20,7 @@ from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import merge_lines
 from hai_airflow.backends.gitcode import CheckoutError, checkout
-from hai_airflow.backends.launches import handle_data
+from hai_airflow.backends.launches import exit_words, handle_data, read_handles
 from hai_airflow.backends.live_logs import FanIn, WorkerLog, kept_log, read_workers
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.safefs import trusted_root, write_below
@@ -287,15 +287,9 @@ class DockerBackend:
     def reattach(self, handles: list[Handle]) -> list[Exit]:
         """Adopt instances whose containers exist (their exits come from `poll`); remove unknown ones."""
         states = self._states()
-        exits = []
+        adopted, exits = read_handles(handles, self.name, _Instance.from_handle)
         known: set[str] = set()
-        for handle in handles:
-            try:
-                inst = _Instance.from_handle(handle)
-            except (KeyError, TypeError, ValueError) as e:
-                reason = f"the docker backend cannot read the instance's handle ({e!r})"
-                exits.append(Exit(handle.instance_id, None, reason, lost=True))
-                continue
+        for inst in adopted:
             known.update(inst.containers)
             if not any(n in states for n in inst.containers):
                 self._remove([], inst.network)
@@ -378,24 +372,12 @@ def _outcome(
     failing = [rank for rank, c in enumerate(codes) if c]
     rank = culprit if culprit is not None else (failing[0] if failing else 0)
     code = codes[rank]
-    words = _describe(code, oom)
+    words = exit_words(code, oom)
     if stopped and culprit is None:
         return code, f"stopped by the platform: {words}" if code else words
     if len(codes) > 1 and code:
         return code, f"worker {rank} failed: {words}"
     return code, words
-
-
-def _describe(code: int | None, oom: bool) -> str:
-    if code is None:
-        return "no exit code"
-    if oom:
-        return f"killed for exceeding its memory limit (exit code {code})"
-    if code == 0:
-        return "completed"
-    if code > 128:
-        return f"killed by signal {code - 128} (exit code {code})"
-    return f"exit code {code}"
 
 
 def _explain(e: Exception) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hai_airflow.backends.k8s_manifests import LABEL_INSTANCE, LABEL_WORKER, MAIN, MPI_ROLE_LABEL
+from hai_airflow.backends.launches import exit_words
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 BROKEN_AT_START = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"})
@@ -90,14 +91,7 @@ def describe(state: PodState | None) -> str:
         if state is not None and state.reason:
             return f"{state.reason}: {state.message}".rstrip(": ")
         return "no exit code"
-    code = state.exit_code
-    if state.reason == "OOMKilled":
-        return f"killed for exceeding its memory limit (exit code {code})"
-    if code == 0:
-        return "completed"
-    if code > 128:
-        return f"killed by signal {code - 128} (exit code {code})"
-    return f"exit code {code}"
+    return exit_words(state.exit_code, oom=state.reason == "OOMKilled")
 
 
 @dataclass(frozen=True)

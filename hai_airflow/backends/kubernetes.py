@@ -29,7 +29,7 @@ from hai_airflow.backends.k8s_pods import (
     mpijob_end,
     pod_state,
 )
-from hai_airflow.backends.launches import handle_data
+from hai_airflow.backends.launches import handle_data, read_handles
 from hai_airflow.backends.live_logs import FanIn, WorkerLog, kept_log, read_workers
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import per_gpu
@@ -486,9 +486,7 @@ class KubernetesBackend:
 
     def _capture(self, inst: _Instance, name: str) -> None:
         try:
-            raw = self.core.read_namespaced_pod_log(
-                name, self.ns, container=m.MAIN, timestamps=True, _preload_content=False
-            ).data
+            raw = b"".join(self._worker_log(name).open(False, None))
         except ApiException:
             return  # no kubelet answered (or the pod is gone): keep what was captured before
         except Exception as e:
@@ -553,16 +551,10 @@ class KubernetesBackend:
         """Adopt instances whose pods (or MPIJob) exist; delete this owner's objects no handle names."""
         self._relist()
         mpijobs = self._list_mpijobs()
-        lost: list[Exit] = []
+        adopted, lost = read_handles(handles, self.name, _Instance.from_handle)
         known_pods: set[str] = set()
         known_instances: set[int] = set()
-        for handle in handles:
-            try:
-                inst = _Instance.from_handle(handle)
-            except (KeyError, TypeError, ValueError) as e:
-                reason = f"the kubernetes backend cannot read the instance's handle ({e!r})"
-                lost.append(Exit(handle.instance_id, None, reason, lost=True))
-                continue
+        for inst in adopted:
             known_instances.add(inst.instance_id)
             known_pods.update(inst.pods)
             with self._lock:

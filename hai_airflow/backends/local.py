@@ -35,7 +35,7 @@ from hai_airflow.backends.jobuser import (
     run_as_problem,
     server_user,
 )
-from hai_airflow.backends.launches import handle_data, image_of
+from hai_airflow.backends.launches import handle_data, image_of, read_handles
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.supervisor import RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
@@ -290,19 +290,12 @@ class LocalBackend:
 
     def reattach(self, handles: list[Handle]) -> list[Exit]:
         """Adopt the instances of `handles`; return those lost. Ones that ended meanwhile come from poll()."""
-        lost: list[Exit] = []
         now = time.monotonic()
         with self._lock:
-            for handle in handles:
-                if handle.instance_id in self._instances:
-                    continue
-                try:
-                    inst = _adopt(handle)
-                except (KeyError, TypeError, ValueError) as exc:
-                    reason = f"the local backend cannot read the instance's handle ({exc!r})"
-                    lost.append(Exit(handle.instance_id, None, reason, lost=True))
-                    continue
-                self._instances[handle.instance_id] = inst
+            fresh = [h for h in handles if h.instance_id not in self._instances]
+            adopted, lost = read_handles(fresh, self.name, _adopt)
+            for inst in adopted:
+                self._instances[inst.instance_id] = inst
                 ended = self._advance(inst, now)
                 if ended is not None:
                     (lost if ended.lost else self._ended).append(ended)

@@ -14,6 +14,7 @@ import pytest
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRules
+from hai_airflow.backends.k8s_pods import dropped_fields, mpijob_end
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -252,3 +253,70 @@ def test_a_per_worker_job_runs_its_command_in_a_shell_once_per_pod() -> None:
     ] * 2
     env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
     assert (env["RANK"], env["WORLD_SIZE"]) == ("1", "2")
+
+
+def per_gpu_gang() -> Launch:
+    spec = DistributedJobSpec(
+        task_name="hvd", code_path="/nas/u/proj", cmd="python3 train_hvd.py", workers=2,
+        worker_resource_pkg=2, env={"MY_SETTING": "a b", "NCCL_DEBUG": "INFO"},
+    )  # fmt: skip
+    placement = tuple(WorkerPlacement(f"node-{i}", (0, 1), cpus=8, memory_gb=64) for i in range(2))
+    return replace(
+        launch(spec, placement), env={"HAI_JOB_ID": "7", "HAI_RESUME": "1", "HAI_MODEL_DIR": MODEL_DIR}
+    )
+
+
+def test_mpirun_forwards_every_variable_of_the_launchers_env_to_every_rank() -> None:
+    job = m.mpijob(per_gpu_gang(), m.KubernetesOptions(namespace="hai"))
+    (launcher,) = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"]
+    argv = launcher["command"]
+    forwarded = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-x"]
+    env = {e["name"] for e in launcher["env"]}
+    # Each once, by name (mpirun takes the launcher's value); NCCL_DEBUG keeps the platform's quiet default.
+    assert sorted(forwarded) == sorted(
+        {*env, "PATH", "LD_LIBRARY_PATH"} - {"NCCL_DEBUG"} | {"NCCL_DEBUG=WARN"}
+    )
+    assert {"HAI_JOB_ID", "HAI_RESUME", "HAI_MODEL_DIR", "HAI_PREEMPT_NOTICE", "MY_SETTING"} <= set(forwarded)
+    assert argv[argv.index("/bin/sh") :] == ["/bin/sh", "-c", "/bin/sh -c 'python3 train_hvd.py'"]
+
+
+def test_an_mpijob_sets_its_policies_where_v2beta1_reads_them() -> None:
+    spec = m.mpijob(per_gpu_gang(), m.KubernetesOptions(namespace="hai"))["spec"]
+    assert spec["launcherCreationPolicy"] == "WaitForWorkersReady"
+    for replica in spec["mpiReplicaSpecs"].values():
+        assert replica["restartPolicy"] == "Never"
+        assert "restartPolicy" not in replica["template"]["spec"]  # else: SetPodTemplateRestartPolicy
+
+
+def condition(kind: str, status: str = "True", reason: str = "", message: str = "") -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": reason, "message": message}
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        pytest.param([], None, id="no conditions yet: not ended"),
+        pytest.param([condition("Created"), condition("Running")], None, id="running: not ended"),
+        pytest.param([condition("Failed", "False")], None, id="a False Failed condition is no end"),
+        pytest.param(
+            [condition("Running", "False"), condition("Succeeded", reason="MPIJobSucceeded")],
+            "the MPIJob succeeded (MPIJobSucceeded)", id="succeeded",
+        ),
+        pytest.param(
+            [condition("Running"), condition("Failed", reason="BackoffLimitExceeded", message="rank 1")],
+            "the MPIJob failed (BackoffLimitExceeded: rank 1)", id="failed, with the operator's words",
+        ),
+    ],
+)  # fmt: skip
+def test_an_mpijobs_end_is_its_succeeded_or_failed_condition(
+    conditions: list[dict[str, str]], expected: str | None
+) -> None:
+    ended = mpijob_end({"status": {"conditions": conditions}})
+    assert (ended.words if ended is not None else None) == expected
+
+
+def test_a_field_the_api_server_dropped_is_named_by_its_path() -> None:
+    sent = {"a": 1, "b": {"c": 2, "d": 3}, "l": [{"x": 1}, {"y": 2}]}
+    kept = {"a": 1, "b": {"c": 2}, "l": [{"x": 1}, {}], "default": True}
+    assert dropped_fields(sent, kept, "spec") == ["spec.b.d", "spec.l[1].y"]
+    assert dropped_fields(sent, sent) == []
