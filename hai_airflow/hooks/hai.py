@@ -8,6 +8,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from hai_airflow.client import AsyncHaiClient, HaiClient
+from hai_airflow.hooks.identity import Acting, hai_user_name, user_map
 
 # the checkpoint trigger imports these from here until it moves to hooks.retry
 from hai_airflow.hooks.retry import Backoff, is_transient  # noqa: F401
@@ -58,8 +59,14 @@ class HaiHook(BaseHook):
     ``hai_default`` is not defined, the client's own lookup is used (``HAI_SERVER``,
     ``HAI_TOKEN``, ``HAI_REGION``, ``$HAI_HOME``), as for the ``hai`` command.
 
+    A token of a *service identity* (``acts_for`` in the server config) acts for the person
+    behind each run: :meth:`act_for` names them, and every request then carries
+    ``X-Hai-On-Behalf-Of``. The connection extra ``user_map`` maps Airflow user names to hai
+    user names where they differ (``{"alice@corp.com": "alice"}``); unmapped names are the same.
+
     :param hai_conn_id: the Airflow connection to use.
     :param timeout: seconds for ordinary requests.
+    :param on_behalf_of: the hai user to act for (None: the token's own user).
     """
 
     conn_name_attr = "hai_conn_id"
@@ -67,10 +74,13 @@ class HaiHook(BaseHook):
     conn_type = "hai"
     hook_name = "HAI training platform"
 
-    def __init__(self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0) -> None:
+    def __init__(
+        self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0, on_behalf_of: str | None = None
+    ) -> None:
         super().__init__()
         self.hai_conn_id = hai_conn_id
         self.timeout = timeout
+        self.on_behalf_of = on_behalf_of
         self._client: HaiClient | None = None
 
     @classmethod
@@ -96,10 +106,38 @@ class HaiHook(BaseHook):
             return None
 
     def get_conn(self) -> HaiClient:
-        """The client for this connection (one per hook)."""
+        """The client for this connection (one per hook), acting for `on_behalf_of` when set."""
         if self._client is None:
-            self._client = HaiClient(**client_arguments(self._connection()), timeout=self.timeout)
+            self._client = HaiClient(
+                **client_arguments(self._connection()), timeout=self.timeout, on_behalf_of=self.on_behalf_of
+            )
         return self._client
+
+    def act_for(self, airflow_user: str) -> Acting:
+        """Make this hook act for `airflow_user` (through ``user_map``), checked with the server.
+
+        When that is the token's own user no header is sent, so a personal token works as before;
+        otherwise the server must allow the token's service identity to act for them.
+
+        :raises HaiError: the server refused (403 names what to change in its config).
+        :raises ValueError: the connection's ``user_map`` is malformed.
+        """
+        conn = self._connection()
+        extra = conn.extra_dejson if conn is not None and conn.extra else {}
+        user = hai_user_name(airflow_user, user_map(extra))
+        self.close()
+        self.on_behalf_of = None
+        token_user = self.get_conn().whoami()
+        if token_user.get("user") != user:
+            self.close()
+            self.on_behalf_of = user
+        who = self.get_conn().whoami()
+        return Acting(
+            user=str(who["user"]),
+            group=str(who.get("group") or ""),
+            on_behalf_of=self.on_behalf_of,
+            token_user=str(token_user.get("user")),
+        )
 
     def close(self) -> None:
         if self._client is not None:
@@ -131,6 +169,8 @@ class HaiAsyncHook(BaseHook):
 
     :param hai_conn_id: the Airflow connection to use.
     :param timeout: seconds for ordinary requests.
+    :param on_behalf_of: the hai user to act for (None: the token's own user); a trigger keeps
+        the one its operator acted for.
     """
 
     conn_name_attr = "hai_conn_id"
@@ -138,10 +178,13 @@ class HaiAsyncHook(BaseHook):
     conn_type = "hai"
     hook_name = "HAI training platform (async)"
 
-    def __init__(self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0) -> None:
+    def __init__(
+        self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0, on_behalf_of: str | None = None
+    ) -> None:
         super().__init__()
         self.hai_conn_id = hai_conn_id
         self.timeout = timeout
+        self.on_behalf_of = on_behalf_of
 
     async def _connection(self) -> Any | None:
         try:
@@ -153,7 +196,9 @@ class HaiAsyncHook(BaseHook):
 
     async def get_conn(self) -> AsyncHaiClient:
         """A new client; the caller closes it (``async with``)."""
-        return AsyncHaiClient(**client_arguments(await self._connection()), timeout=self.timeout)
+        return AsyncHaiClient(
+            **client_arguments(await self._connection()), timeout=self.timeout, on_behalf_of=self.on_behalf_of
+        )
 
     async def log_tail(self, client: AsyncHaiClient, job_id: int, lines: int) -> list[str]:
         """The last `lines` lines of the job's newest instance log ([] when it never started)."""

@@ -16,10 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hai_airflow.airflow_plugin.pools import pool_name
 from hai_airflow.airflow_plugin.priority import HaiPriorityWeightStrategy
+from hai_airflow.assets import model_asset
 from hai_airflow.client import HaiClient, HaiError
 from hai_airflow.dashboard.extra_link import JOB_ID_XCOM_KEY, HaiJobLink
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
-from hai_airflow.hooks.retry import retry_transient
+from hai_airflow.hooks.identity import HAI_USER_PARAM, Acting, NobodyToActFor, person_behind
+from hai_airflow.hooks.retry import is_transient, retry_transient
 from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import (
     TERMINAL_STATES,
@@ -30,6 +32,7 @@ from hai_airflow.spec import (
     ResourcePackageView,
     StandaloneJobSpec,
 )
+from hai_airflow.triggers.checkpoint import checkpoint_step
 from hai_airflow.triggers.job import HaiJobEvent, HaiJobTrigger, describe_transition, is_done
 from hai_airflow.triggers.quota import HaiQuotaEvent, HaiQuotaTrigger
 
@@ -43,14 +46,8 @@ RETRYABLE_END_STATES = frozenset({"FAILED", "CANCELLED"})
 
 
 def default_deferrable() -> bool:
-    """Deferrable unless turned off: ``[operators] default_deferrable``, else ``[hai] default_deferrable``.
-
-    Airflow's own option defaults to false and is written into every airflow.cfg, so these
-    operators also read ``[hai] default_deferrable`` (default true) when it is off.
-    """
-    return conf.getboolean("operators", "default_deferrable", fallback=False) or conf.getboolean(
-        "hai", "default_deferrable", fallback=True
-    )
+    """``[operators] default_deferrable``, as for every provider's operators (Airflow's default: off)."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def client_key(dag_id: str, task_id: str, run_id: str, map_index: int, attempt: int = 1) -> str:
@@ -173,16 +170,21 @@ class BaseHaiJobOperator(BaseOperator):
     :param image: docker image of the job.
     :param shm: shared memory in MB.
     :param env: extra environment variables of the job.
-    :param elastic: told to save and exit on suspension (EFDL-style) instead of killed.
-    :param grace_seconds: seconds between the save notice and the kill.
+    :param elastic: told to save and exit on suspension (EFDL-style) instead of killed (templated).
+    :param grace_seconds: seconds between the save notice and the kill (templated).
     :param metrics_path: a metrics file the job writes; returned with the result for downstream tasks.
     :param on_over_quota: when a high-priority job does not fit the quota: ``wait`` (defer until
         it does, then submit as high), ``fail``, or ``downgrade`` (submit as low priority).
-    :param resource_group: the submitting user's resource group; a high-priority task that waits
-        for quota takes ``pool_slots`` = its GPUs of the Airflow pool ``hai_<group>``
-        (``None``: no pool). Needs ``max_schedule`` and the GPU count as literal numbers.
+    :param resource_group: the acting user's resource group, only to hold the Airflow pool
+        ``hai_<group>``: a high-priority task that waits for quota takes ``pool_slots`` = its GPUs
+        of it. Needs ``max_schedule`` and the GPU count as literal numbers. ``None`` (default): no
+        pool; the group the job counts against is always the acting user's, from the server.
+    :param hai_user: the hai user a run nobody triggered acts for (templated; else the DAG param
+        ``hai_user``, else the DAG's ``owner``). A run someone triggered acts for them.
+    :param cancel_on_kill: cancel the job when the task is killed, marked failed or cleared.
     :param hai_conn_id: the Airflow connection to the hai server.
-    :param deferrable: wait in the triggerer (default) instead of holding a worker slot.
+    :param deferrable: wait in the triggerer instead of holding a worker slot; default
+        ``[operators] default_deferrable``. Recommended for long GPU jobs.
     :param poll_timeout: seconds one long-poll may wait on the server.
     :param quota_poll_interval: seconds between quota checks while waiting for quota.
     :param log_tail_lines: job log lines copied into the task log at the end.
@@ -203,6 +205,9 @@ class BaseHaiJobOperator(BaseOperator):
         "cmd",
         "env",
         "metrics_path",
+        "elastic",
+        "grace_seconds",
+        "hai_user",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"env": "json", "cmd": "bash"}
     ui_color = "#d9ecff"
@@ -224,11 +229,13 @@ class BaseHaiJobOperator(BaseOperator):
         image: str = "local",
         shm: int | str | None = None,
         env: dict[str, str] | None = None,
-        elastic: bool = False,
-        grace_seconds: int | None = None,
+        elastic: bool | str = False,
+        grace_seconds: int | str | None = None,
         metrics_path: str | None = None,
         on_over_quota: OverQuota = "wait",
-        resource_group: str | None = "default",
+        resource_group: str | None = None,
+        hai_user: str | None = None,
+        cancel_on_kill: bool = True,
         hai_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool | None = None,
         poll_timeout: float = 30.0,
@@ -260,12 +267,18 @@ class BaseHaiJobOperator(BaseOperator):
         self.metrics_path = metrics_path
         self.on_over_quota = on_over_quota
         self.resource_group = resource_group
+        self.hai_user = hai_user
+        self.cancel_on_kill = cancel_on_kill
         self.hai_conn_id = hai_conn_id
         self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.poll_timeout = poll_timeout
         self.quota_poll_interval = quota_poll_interval
         self.log_tail_lines = log_tail_lines
         self._job_id: int | None = None
+        self._on_behalf_of: str | None = None
+        if model_dir and "{{" not in model_dir:
+            # a templated model dir is known only at run time, too late to declare
+            self.outlets = [*self.outlets, model_asset(model_dir)]
 
     @classmethod
     def get_serialized_fields(cls) -> frozenset[str]:
@@ -311,21 +324,74 @@ class BaseHaiJobOperator(BaseOperator):
             "shm": self.shm if self.shm not in ("", None) else None,
             "cmd": self.cmd,
             "env": {str(k): str(v) for k, v in (self.env or {}).items()},
-            "elastic": self.elastic,
-            "grace_seconds": self.grace_seconds,
+            "elastic": self.elastic not in (False, "", "false", "False", "0", 0, None),
+            "grace_seconds": self.grace_seconds if self.grace_seconds not in ("", None) else None,
         }
 
     # ---- running ------------------------------------------------------------------------------
 
     def hook(self) -> HaiHook:
-        return HaiHook(self.hai_conn_id)
+        return HaiHook(self.hai_conn_id, on_behalf_of=self._on_behalf_of)
 
     def execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook()
         try:
+            acting = self._act_for_the_person(hook, context)
+            self._check_group(acting)
             return self._start(hook, context)
         finally:
             hook.close()
+
+    def _act_for_the_person(self, hook: HaiHook, context: Context) -> Acting:
+        """Make `hook` act for the person behind this run; never the connection's own identity by default."""
+        dag_run = context.get("dag_run")
+        params = context.get("params") or {}
+        try:
+            person = person_behind(
+                triggering_user=getattr(dag_run, "triggering_user_name", None),
+                hai_user=self.hai_user or params.get(HAI_USER_PARAM),
+                owner=self.owner,
+                default_owner=conf.get("operators", "default_owner", fallback="airflow"),
+            )
+        except NobodyToActFor as e:
+            raise AirflowFailException(str(e)) from None
+        try:
+            acting = hook.act_for(person.airflow_user)
+        except ValueError as e:
+            raise AirflowFailException(f"connection {self.hai_conn_id!r}: {e}") from None
+        except HaiError as e:
+            text = (
+                f"hai will not let connection {self.hai_conn_id!r} act for {person.airflow_user} "
+                f"(the run's {person.source}): {e.message}"
+            )
+            if is_transient(e):
+                raise AirflowException(text) from None
+            raise AirflowFailException(text) from None
+        self._on_behalf_of = acting.on_behalf_of
+        via = f" via {acting.token_user}" if acting.on_behalf_of else ""
+        self.log.info(
+            "acting for hai user %s (group %s)%s: the run's %s %s",
+            acting.user,
+            acting.group,
+            via,
+            person.source,
+            person.airflow_user,
+        )
+        return acting
+
+    def _check_group(self, acting: Acting) -> None:
+        """A pool named for another group than the acting user's would count against the wrong quota."""
+        if self.resource_group is not None and acting.group and acting.group != self.resource_group:
+            self.log.warning(
+                "resource_group=%r, but %s is in group %r: the task holds pool %s while the job counts "
+                "against %s's quota; set resource_group=%r or leave it None",
+                self.resource_group,
+                acting.user,
+                acting.group,
+                pool_name(self.resource_group),
+                acting.group,
+                acting.group,
+            )
 
     def _start(self, hook: HaiHook, context: Context) -> dict[str, Any]:
         """Submit (or re-attach), then wait: deferred, or here with the long-poll."""
@@ -353,7 +419,7 @@ class BaseHaiJobOperator(BaseOperator):
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
         # The link would otherwise appear only when the task ends, i.e. after the whole deferral.
         HaiJobLink.persist(context, job.id)
-        return self._follow(hook, job)
+        return self._follow(hook, job, context)
 
     def _submit(self, client: HaiClient, spec: JobSpec, key: str, gpus: int) -> JobView:
         try:
@@ -408,7 +474,12 @@ class BaseHaiJobOperator(BaseOperator):
         self.log.info("waiting for high-priority quota for %s GPUs: %s", gpus, reason)
         if self.deferrable:
             self.defer(
-                trigger=HaiQuotaTrigger(gpus, self.hai_conn_id, poll_interval=self.quota_poll_interval),
+                trigger=HaiQuotaTrigger(
+                    gpus,
+                    self.hai_conn_id,
+                    poll_interval=self.quota_poll_interval,
+                    on_behalf_of=self._on_behalf_of,
+                ),
                 method_name="execute_after_quota",
             )
         while not client.check_high_priority(gpus).get("allowed"):
@@ -422,9 +493,9 @@ class BaseHaiJobOperator(BaseOperator):
             raise AirflowException(f"waiting for quota failed: {quota.reason}")
         return self.execute(context)
 
-    def _follow(self, hook: HaiHook, job: JobView) -> dict[str, Any]:
+    def _follow(self, hook: HaiHook, job: JobView, context: Context) -> dict[str, Any]:
         if job.state in TERMINAL_STATES:
-            return self._finish(HaiJobEvent.from_job(job, (), self._log_tail(hook, job.id)))
+            return self._finish(HaiJobEvent.from_job(job, (), self._log_tail(hook, job.id)), context)
         if self.deferrable:
             self.defer(
                 trigger=HaiJobTrigger(
@@ -432,10 +503,12 @@ class BaseHaiJobOperator(BaseOperator):
                     self.hai_conn_id,
                     poll_timeout=self.poll_timeout,
                     log_tail_lines=self.log_tail_lines,
+                    cancel_on_kill=self.cancel_on_kill,
+                    on_behalf_of=self._on_behalf_of,
                 ),
                 method_name="execute_complete",
             )
-        return self._finish(self._wait_blocking(hook, job))
+        return self._finish(self._wait_blocking(hook, job), context)
 
     def _wait_blocking(self, hook: HaiHook, job: JobView) -> HaiJobEvent:
         """Non-deferrable mode: the same long-poll as the trigger, in this worker."""
@@ -465,9 +538,9 @@ class BaseHaiJobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The trigger says the job ended: return its result or raise with its reason and log tail."""
-        return self._finish(HaiJobEvent.model_validate(event))
+        return self._finish(HaiJobEvent.model_validate(event), context)
 
-    def _finish(self, event: HaiJobEvent) -> dict[str, Any]:
+    def _finish(self, event: HaiJobEvent, context: Context) -> dict[str, Any]:
         self._job_id = event.job_id
         if event.log_tail:
             self.log.info(
@@ -484,6 +557,7 @@ class BaseHaiJobOperator(BaseOperator):
             event.instances,
             event.preemptions,
         )
+        self._announce_model(event, context)
         return HaiJobResult(
             job_id=event.job_id,
             state=event.state or "SUCCEEDED",
@@ -494,9 +568,20 @@ class BaseHaiJobOperator(BaseOperator):
             metrics_path=self.metrics_path or None,
         ).model_dump(mode="json")
 
+    def _announce_model(self, event: HaiJobEvent, context: Context) -> None:
+        """An event of the model dir's asset: the newest checkpoint (or the dir) and its step."""
+        if not self.model_dir:
+            return
+        asset = model_asset(self.model_dir)
+        if asset not in self.outlets:
+            return
+        path = event.latest_checkpoint or self.model_dir
+        step = checkpoint_step(event.latest_checkpoint) if event.latest_checkpoint else None
+        context["outlet_events"][asset].extra = {"path": path, "step": step}
+
     def on_kill(self) -> None:
-        """The task was killed while it waited in this worker: cancel the job."""
-        if self._job_id is None:
+        """The task was killed while it waited here: cancel the job unless `cancel_on_kill` is off."""
+        if self._job_id is None or not self.cancel_on_kill:
             return
         hook = self.hook()
         try:

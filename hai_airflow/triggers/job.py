@@ -96,6 +96,8 @@ class HaiJobTrigger(BaseTrigger):
     :param log_tail_lines: how many of the newest instance's last log lines the event carries.
     :param cancel_on_kill: cancel the job when a user marks the deferred task failed or clears it.
     :param max_backoff: longest delay in seconds between reconnect attempts.
+    :param on_behalf_of: the hai user the operator acted for (kept in the serialized trigger, so a
+        resumed wait acts for the same person).
     """
 
     def __init__(
@@ -107,6 +109,7 @@ class HaiJobTrigger(BaseTrigger):
         log_tail_lines: int = 20,
         cancel_on_kill: bool = True,
         max_backoff: float = 30.0,
+        on_behalf_of: str | None = None,
     ) -> None:
         super().__init__()
         self.job_id = int(job_id)
@@ -116,6 +119,7 @@ class HaiJobTrigger(BaseTrigger):
         self.log_tail_lines = log_tail_lines
         self.cancel_on_kill = cancel_on_kill
         self.max_backoff = max_backoff
+        self.on_behalf_of = on_behalf_of
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -128,11 +132,12 @@ class HaiJobTrigger(BaseTrigger):
                 "log_tail_lines": self.log_tail_lines,
                 "cancel_on_kill": self.cancel_on_kill,
                 "max_backoff": self.max_backoff,
+                "on_behalf_of": self.on_behalf_of,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = HaiAsyncHook(self.hai_conn_id)
+        hook = HaiAsyncHook(self.hai_conn_id, on_behalf_of=self.on_behalf_of)
         async with await hook.get_conn() as client:
             event = await self._follow(client, hook)
         yield TriggerEvent(event.model_dump(mode="json"))
@@ -173,7 +178,7 @@ class HaiJobTrigger(BaseTrigger):
         """The user killed the deferred task: cancel the job unless `cancel_on_kill` is off."""
         if not self.cancel_on_kill:
             return
-        hook = HaiAsyncHook(self.hai_conn_id)
+        hook = HaiAsyncHook(self.hai_conn_id, on_behalf_of=self.on_behalf_of)
         async with await hook.get_conn() as client:
             job = await client.cancel(self.job_id)
         self.log.info("cancelled hai job %s (now %s) because the task was killed", job.id, job.state)

@@ -36,6 +36,8 @@ class HaiQuotaTrigger(BaseTrigger):
     :param hai_conn_id: the Airflow connection to the hai server.
     :param poll_interval: seconds between checks.
     :param max_backoff: longest delay in seconds between reconnect attempts.
+    :param on_behalf_of: the hai user the operator acted for (kept in the serialized trigger, so a
+        resumed wait acts for the same person).
     """
 
     def __init__(
@@ -44,12 +46,14 @@ class HaiQuotaTrigger(BaseTrigger):
         hai_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 15.0,
         max_backoff: float = 60.0,
+        on_behalf_of: str | None = None,
     ) -> None:
         super().__init__()
         self.gpus = int(gpus)
         self.hai_conn_id = hai_conn_id
         self.poll_interval = poll_interval
         self.max_backoff = max_backoff
+        self.on_behalf_of = on_behalf_of
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -59,11 +63,12 @@ class HaiQuotaTrigger(BaseTrigger):
                 "hai_conn_id": self.hai_conn_id,
                 "poll_interval": self.poll_interval,
                 "max_backoff": self.max_backoff,
+                "on_behalf_of": self.on_behalf_of,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        hook = HaiAsyncHook(self.hai_conn_id)
+        hook = HaiAsyncHook(self.hai_conn_id, on_behalf_of=self.on_behalf_of)
         said = ""
         async with await hook.get_conn() as client:
             while True:

@@ -17,14 +17,42 @@ from tests.support.live_server import TEST_CONFIG, LiveServer
 REPO = Path(__file__).resolve().parents[2]
 INCLUDE = REPO / "include"
 TEST_DAGS = Path(__file__).resolve().parent / "dag_files"
-HAI_CONFIG = TEST_CONFIG + f'\n[backend]\nimages = {{ local = "{sys.prefix}" }}\n'
+SERVICE_TOKEN = "airflow-token"
+AIRFLOW_SERVICE = f"""
+[[users]]
+name = "airflow"
+group = "default"
+token = "{SERVICE_TOKEN}"
+acts_for = ["group:vision"]
+"""
+"""Airflow's service identity: it acts for the members of vision (alice, bob, carol), not dave (nlp)."""
+HAI_CONFIG = TEST_CONFIG + AIRFLOW_SERVICE + f'\n[backend]\nimages = {{ local = "{sys.prefix}" }}\n'
 """The shared test config, with image `local` running jobs in this interpreter's environment
 (so `python3 train.py` finds torch)."""
 
 
-def connection_json(server: LiveServer, token: str | None = None) -> str:
-    """`AIRFLOW_CONN_HAI_DEFAULT`'s value for the server as the token's user (default: the admin)."""
-    return json.dumps({"conn_type": "hai", "host": server.url, "password": token or server.token})
+DAG_TEST_USER = "dag_test"
+"""The triggering user Airflow gives every `dag.test()` run."""
+
+
+def connection_json(
+    server: LiveServer, token: str | None = None, user_map: dict[str, str] | None = None
+) -> str:
+    """`AIRFLOW_CONN_HAI_DEFAULT`'s value for the server as the token's user (default: the admin).
+
+    `dag.test()` runs are triggered by "dag_test", so unless `user_map` says otherwise they act
+    for the token's own user (`<name>-token` belongs to `<name>`).
+    """
+    token_user = (token or "admin-token").removesuffix("-token")
+    mapping = {DAG_TEST_USER: token_user} if user_map is None else user_map
+    return json.dumps(
+        {
+            "conn_type": "hai",
+            "host": server.url,
+            "password": token or server.token,
+            "extra": json.dumps({"user_map": mapping}),
+        }
+    )
 
 
 def load_dag(name: str, folder: Path = REPO / "dags") -> Any:

@@ -35,13 +35,13 @@ def high_priority_dag(dag_id: str, **operator_args: object) -> DAG:
     return dag
 
 
-hai_deferred = cpu_dag("hai_deferred")
+hai_deferred = cpu_dag("hai_deferred", deferrable=True)
 hai_blocking = cpu_dag("hai_blocking", deferrable=False, log_tail_lines=1)
-hai_reattach = cpu_dag("hai_reattach")
+hai_reattach = cpu_dag("hai_reattach", deferrable=True)
 hai_resubmit = cpu_dag("hai_resubmit")
 hai_over_quota_fail = high_priority_dag("hai_over_quota_fail", on_over_quota="fail")
 hai_over_quota_downgrade = high_priority_dag("hai_over_quota_downgrade", on_over_quota="downgrade")
-hai_over_quota_wait = high_priority_dag("hai_over_quota_wait", on_over_quota="wait")
+hai_over_quota_wait = high_priority_dag("hai_over_quota_wait", on_over_quota="wait", deferrable=True)
 hai_over_quota_wait_blocking = high_priority_dag(
     "hai_over_quota_wait_blocking", on_over_quota="wait", deferrable=False
 )
@@ -63,7 +63,11 @@ def sensor_dag(dag_id: str, sensor: type, **sensor_args: object) -> DAG:
 
 
 hai_job_sensor_running = sensor_dag(
-    "hai_job_sensor_running", HaiJobSensor, job_id="{{ params.job_id }}", target_states=["RUNNING"]
+    "hai_job_sensor_running",
+    HaiJobSensor,
+    job_id="{{ params.job_id }}",
+    target_states=["RUNNING"],
+    deferrable=True,
 )
 hai_job_sensor_poke = sensor_dag(
     "hai_job_sensor_poke", HaiJobSensor, job_id="{{ params.job_id }}", deferrable=False, poke_interval=0.5
@@ -82,4 +86,5 @@ hai_checkpoint_sensor_job = sensor_dag(
     job_id="{{ params.job_id }}",
     after_step="{{ params.after_step }}",
     poke_interval=0.5,
+    deferrable=True,
 )

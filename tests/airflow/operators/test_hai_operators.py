@@ -24,9 +24,11 @@ def manual_run_id(when: datetime) -> str:
     return DagRun.generate_run_id(run_type=DagRunType.MANUAL, logical_date=when, run_after=when)
 
 
-def test_operators_defer_by_default() -> None:
-    op = HaiCpuJobOperator(task_id="t", code_path="/tmp", cmd="true")
-    assert default_deferrable() is True and op.deferrable is True
+def test_deferrable_defaults_to_operators_default_deferrable(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert default_deferrable() is False, "Airflow's own default"
+    assert HaiCpuJobOperator(task_id="t", code_path="/tmp", cmd="true").deferrable is False
+    monkeypatch.setenv("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", "True")
+    assert HaiCpuJobOperator(task_id="t", code_path="/tmp", cmd="true").deferrable is True
     assert HaiCpuJobOperator(task_id="u", code_path="/tmp", cmd="true", deferrable=False).deferrable is False
 
 

@@ -40,11 +40,17 @@ def submit(server: LiveServer, cmd: str) -> JobView:
     [
         pytest.param(
             HaiJobTrigger(
-                7, "hai_x", target_states=["RUNNING"], poll_timeout=12, log_tail_lines=5, cancel_on_kill=False
+                7,
+                "hai_x",
+                target_states=["RUNNING"],
+                poll_timeout=12,
+                log_tail_lines=5,
+                cancel_on_kill=False,
+                on_behalf_of="alice",
             ),
             id="job",
         ),
-        pytest.param(HaiQuotaTrigger(8, "hai_x", poll_interval=3), id="quota"),
+        pytest.param(HaiQuotaTrigger(8, "hai_x", poll_interval=3, on_behalf_of="bob"), id="quota"),
         pytest.param(
             HaiCheckpointTrigger(job_id=3, newer_than="2026-01-02T03:04:05", after_step=40, poll_interval=2),
             id="checkpoint of a job",
