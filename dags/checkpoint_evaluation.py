@@ -72,7 +72,8 @@ with DAG(
         x, y = load_data(Path(p["data"]) if p.get("data") else None, int(p.get("seed", 0)))
         model = make_model(x.shape[1], int(y.max()) + 1, int(p.get("hidden", 32)), dropout=0.1)
         state = torch.load(found["checkpoint"], map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
+        # a training checkpoint keeps the weights under "model"; the final model is the weights alone
+        model.load_state_dict(state.get("model", state))
         loss = full_loss(model, x, y)
         print(f"checkpoint {found['checkpoint']} (step {found['step']}): loss {loss:.4f}")
         return {**found, "loss": loss}
