@@ -16,7 +16,8 @@ def _version() -> str:
 
 
 def get_provider_info() -> dict[str, Any]:
-    """Hooks, operators, sensors, triggers, the ``hai`` connection type and the ``[hai]`` options."""
+    """Hooks, operators, sensors, triggers, the ``hai`` connection type and its form, the job link
+    and the ``[hai]`` options."""
     modules = {
         "hooks": ["hai_airflow.hooks.hai"],
         "operators": [
@@ -43,20 +44,38 @@ def get_provider_info() -> dict[str, Any]:
             for kind, names in modules.items()
         },
         "connection-types": [
-            {"connection-type": "hai", "hook-class-name": "hai_airflow.hooks.hai.HaiHook", "hook-name": "HAI"}
+            {
+                "connection-type": "hai",
+                "hook-class-name": "hai_airflow.hooks.hai.HaiHook",
+                "hook-name": "HAI",
+                "conn-fields": {
+                    "region": {
+                        "label": "Region",
+                        "description": "A region of $HAI_HOME/client.toml; used when the host is empty.",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "user_map": {
+                        "label": "Airflow user -> hai user",
+                        "description": "Where an Airflow user name is not the hai user name, e.g. "
+                        '{"alice@corp.com": "alice"}; other names are the same on both sides.',
+                        "schema": {"type": ["object", "null"]},
+                    },
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login", "port"],
+                    "relabeling": {"host": "Server URL", "password": "API token"},
+                    "placeholders": {
+                        "host": "http://127.0.0.1:8765",
+                        "password": "a hai token; a service identity's (acts_for) to act for each person",
+                    },
+                },
+            }
         ],
+        "extra-links": ["hai_airflow.dashboard.extra_link.HaiJobLink"],
         "config": {
             "hai": {
                 "description": "Defaults of the hai operators and the hai plugin.",
                 "options": {
-                    "default_deferrable": {
-                        "description": "Whether hai operators and sensors defer by default when "
-                        "[operators] default_deferrable is off.",
-                        "version_added": "0.1.0",
-                        "type": "boolean",
-                        "example": None,
-                        "default": "True",
-                    },
                     "pool_sync_conn_id": {
                         "description": "Connection the plugin uses to mirror group quotas into "
                         "hai_<group> pools when an Airflow service starts.",

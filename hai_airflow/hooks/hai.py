@@ -83,19 +83,6 @@ class HaiHook(BaseHook):
         self.on_behalf_of = on_behalf_of
         self._client: HaiClient | None = None
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Connection form: only the server URL, the token and the region matter."""
-        return {
-            "hidden_fields": ["schema", "login", "port"],
-            "relabeling": {"host": "Server URL", "password": "API token"},
-            "placeholders": {
-                "host": "http://127.0.0.1:8765",
-                "password": "the token `hai serve` wrote to $HAI_HOME/token",
-                "extra": '{"region": "default"}',
-            },
-        }
-
     def _connection(self) -> Any | None:
         try:
             return self.get_connection(self.hai_conn_id)

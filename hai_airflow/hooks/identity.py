@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -86,6 +88,9 @@ def user_map(extra: Mapping[str, Any]) -> dict[str, str]:
     :raises ValueError: it is not an object of names.
     """
     raw = extra.get(USER_MAP_EXTRA) or {}
+    if isinstance(raw, str):  # a form may save the object as its JSON text
+        with contextlib.suppress(ValueError):
+            raw = json.loads(raw)
     if not isinstance(raw, Mapping) or not all(isinstance(v, str) and v for v in raw.values()):
         raise ValueError(
             f"the connection extra `{USER_MAP_EXTRA}` must be an object of names, "

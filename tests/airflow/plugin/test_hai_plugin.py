@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -209,3 +211,34 @@ def test_plugins_folder_copy_stays_quiet_when_the_entry_point_loads_the_plugin()
 
     module = runpy.run_path(str(REPO / "plugins" / "hai_plugin.py"))
     assert "HaiPlugin" not in module  # Airflow would otherwise register "hai" twice
+
+
+def test_connection_form_and_job_link_come_from_provider_metadata() -> None:
+    from airflow.providers_manager import ProvidersManager
+
+    manager = ProvidersManager()
+    behaviour = manager.field_behaviours["hai"]
+    assert set(behaviour["hidden_fields"]) == {"schema", "login", "port"}
+    assert behaviour["relabeling"] == {"host": "Server URL", "password": "API token"}
+    widgets = manager.connection_form_widgets
+    assert widgets["extra__hai__region"].field["schema"]["title"] == "Region"
+    assert "extra__hai__user_map" in widgets
+    assert "hai_airflow.dashboard.extra_link.HaiJobLink" in manager.extra_links_class_names
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        pytest.param(["providers", "behaviours"], "hai", id="behaviours"),
+        pytest.param(["providers", "links"], "hai_airflow.dashboard.extra_link.HaiJobLink", id="links"),
+    ],
+)
+def test_airflow_providers_cli_lists_hai(command: list[str], expected: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow", *command, "--output", "plain"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert expected in done.stdout.split()
