@@ -21,7 +21,7 @@ from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import merge_lines
 from hai_airflow.backends.gitcode import CheckoutError, checkout
 from hai_airflow.backends.launches import exit_words, handle_data, read_handles
-from hai_airflow.backends.live_logs import FanIn, WorkerLog, kept_log, read_workers
+from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import WorkerSlot
@@ -68,7 +68,7 @@ class _Instance:
         )
 
 
-class DockerBackend:
+class DockerBackend(ServedLogs):
     """Runs instances as containers of one engine; `poll` reports those whose workers have all exited."""
 
     name = "docker"
@@ -343,21 +343,13 @@ class DockerBackend:
                 streams.append([])
         return merge_lines(streams)
 
-    def _running(self, instance_id: int) -> _Instance | None:
+    def running_handle(self, instance_id: int) -> Handle | None:
         with self._lock:
-            return self._instances.get(instance_id)
+            inst = self._instances.get(instance_id)
+        return inst.handle() if inst is not None else None
 
-    def read_log(self, instance_id: int, tail: int = 0) -> str:
-        inst = self._running(instance_id)
-        if inst is not None:
-            return read_workers(self.worker_logs(inst.handle()), tail, _explain)
-        return kept_log(self._ended_logs, instance_id, self.name, tail, self.home)
-
-    def follow_log(self, instance_id: int) -> Iterator[str]:
-        inst = self._running(instance_id)
-        if inst is not None:
-            return FanIn(self.worker_logs(inst.handle()), explain=_explain)
-        return iter([kept_log(self._ended_logs, instance_id, self.name, 0, self.home)])
+    def explain_log_error(self, error: Exception) -> str:
+        return _explain(error)
 
     def close(self) -> None:
         self.client.close()

@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from hai_airflow.backends.k8s_pods import (
     pod_state,
 )
 from hai_airflow.backends.launches import handle_data, read_handles
-from hai_airflow.backends.live_logs import FanIn, WorkerLog, kept_log, read_workers
+from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import per_gpu
 from hai_airflow.scheduling.model import Node
@@ -104,7 +104,7 @@ def api_client(opts: m.KubernetesOptions) -> client.ApiClient:
         return config.new_client_from_config(context=opts.context)
 
 
-class KubernetesBackend:
+class KubernetesBackend(ServedLogs):
     """Runs instances as pods; pod states come from one watch, exits are decided in `poll`.
 
     :param options: the `[backend]` table (see `KubernetesOptions`).
@@ -529,21 +529,13 @@ class KubernetesBackend:
 
         return WorkerLog(f"pod {name}", open_log)
 
-    def _running(self, instance_id: int) -> _Instance | None:
+    def running_handle(self, instance_id: int) -> Handle | None:
         with self._lock:
-            return self._instances.get(instance_id)
+            inst = self._instances.get(instance_id)
+        return inst.handle(self.ns) if inst is not None else None
 
-    def read_log(self, instance_id: int, tail: int = 0) -> str:
-        inst = self._running(instance_id)
-        if inst is not None:
-            return read_workers(self.worker_logs(inst.handle(self.ns)), tail, _explain_any)
-        return kept_log(self._ended_logs, instance_id, self.name, tail, self.home)
-
-    def follow_log(self, instance_id: int) -> Iterator[str]:
-        inst = self._running(instance_id)
-        if inst is not None:
-            return FanIn(self.worker_logs(inst.handle(self.ns)), explain=_explain_any)
-        return iter([kept_log(self._ended_logs, instance_id, self.name, 0, self.home)])
+    def explain_log_error(self, error: Exception) -> str:
+        return _explain(error) if isinstance(error, ApiException) else str(error)
 
     # ---- restart ----------------------------------------------------------------------------------
 
@@ -639,7 +631,3 @@ def _explain(e: ApiException) -> str:
         return str(json.loads(e.body)["message"])
     except (TypeError, ValueError, KeyError):
         return f"{e.status} {e.reason}"
-
-
-def _explain_any(e: Exception) -> str:
-    return _explain(e) if isinstance(e, ApiException) else str(e)

@@ -6,7 +6,7 @@ import codecs
 import contextlib
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -40,6 +40,9 @@ class LiveLogs(Protocol):
 
     def worker_logs(self, handle: Handle) -> list[WorkerLog]:
         """The workers' logs of a running instance in rank order; [] while none can be read yet."""
+
+    def explain_log_error(self, error: Exception) -> str:
+        """The backend's words for why a worker's log could not be read."""
 
 
 def unreadable_note(name: str, why: str) -> str:
@@ -159,9 +162,40 @@ class FanIn:
                     close()
 
 
-def kept_log(kept: Mapping[int, Path], instance_id: int, backend: str, tail: int, home: Path | None) -> str:
-    """The log an ended instance left (the file its backend wrote at its end)."""
-    path = kept.get(instance_id)
-    if path is None:
-        raise KeyError(f"instance {instance_id} is not known to the {backend} backend")
-    return read_tail(path, tail, home=home)
+class ServedLogs:
+    """`read_log` and `follow_log` of a backend that serves its running workers' logs (docker, kubernetes):
+    from the workers while the instance runs, from the file the backend kept at its end after."""
+
+    name: str
+    home: Path | None
+    _ended_logs: dict[int, Path]
+    """Instance id -> the log file kept at its end."""
+
+    def worker_logs(self, handle: Handle) -> list[WorkerLog]:
+        raise NotImplementedError
+
+    def running_handle(self, instance_id: int) -> Handle | None:
+        """The handle of the instance while this backend runs it; None once it ended (or is unknown)."""
+        raise NotImplementedError
+
+    def explain_log_error(self, error: Exception) -> str:
+        """The backend's words for why a worker's log could not be read."""
+        return str(error)
+
+    def read_log(self, instance_id: int, tail: int = 0) -> str:
+        handle = self.running_handle(instance_id)
+        if handle is not None:
+            return read_workers(self.worker_logs(handle), tail, self.explain_log_error)
+        return self._kept_log(instance_id, tail)
+
+    def follow_log(self, instance_id: int) -> Iterator[str]:
+        handle = self.running_handle(instance_id)
+        if handle is not None:
+            return FanIn(self.worker_logs(handle), explain=self.explain_log_error)
+        return iter([self._kept_log(instance_id, 0)])
+
+    def _kept_log(self, instance_id: int, tail: int) -> str:
+        path = self._ended_logs.get(instance_id)
+        if path is None:
+            raise KeyError(f"instance {instance_id} is not known to the {self.name} backend")
+        return read_tail(path, tail, home=self.home)

@@ -567,13 +567,16 @@ def test_an_mpijob_ends_when_its_conditions_say_so(
     backend = kube.backend()
     launch = kube.launch("python3 train.py", mode="distributed", gpus=((0, 1), (0, 1)))
     iid = launch.instance_id
-    name = backend.start(launch).data["mpijob"]
+    handle = backend.start(launch)
+    name = handle.data["mpijob"]
     (job,) = mpijobs(kube)
     template = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     labels = {**template["metadata"]["labels"], m.MPI_ROLE_LABEL: "launcher"}
     pod = {"metadata": {"name": f"{name}-launcher", "labels": labels}, "spec": template["spec"]}
     kube.core.create_namespaced_pod(kube.ns, pod)
     kube.set_running(f"{name}-launcher")
+    # mpirun prints every rank's output: an MPIJob's log is its launcher's.
+    assert [w.name for w in backend.worker_logs(handle)] == [f"pod {name}-launcher"]
     time.sleep(0.3)
     assert backend.poll() == []
     kube.set_terminated(f"{name}-launcher", launcher_code)

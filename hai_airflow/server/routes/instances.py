@@ -58,11 +58,13 @@ def instance_log(
     if path is None:
         # Not started yet: no log, and nothing to follow until the next instance.
         return PlainTextResponse("")
-    workers = _worker_logs(request, ctx, running) if running is not None else []
-    if workers and follow:
-        return StreamingResponse(_follow_live(ctx, instance_id, workers, tail, path), media_type=TEXT)
-    if workers:
-        return PlainTextResponse(read_workers(workers, tail))
+    backend = _live_backend(request, ctx) if running is not None else None
+    workers = _worker_logs(backend, running) if backend is not None and running is not None else []
+    if backend is not None and workers:
+        if follow:
+            live = _follow_live(ctx, instance_id, workers, tail, backend, path)
+            return StreamingResponse(live, media_type=TEXT)
+        return PlainTextResponse(read_workers(workers, tail, backend.explain_log_error))
     log = logs.LogCursor(path, ctx.home)
     try:
         log.ready()
@@ -100,11 +102,8 @@ def _live_backend(request: Request, ctx: ServerContext) -> LiveLogs | None:
     return backend if isinstance(backend, LiveLogs) else None
 
 
-def _worker_logs(request: Request, ctx: ServerContext, handle: Handle) -> list[WorkerLog]:
+def _worker_logs(backend: LiveLogs, handle: Handle) -> list[WorkerLog]:
     """The running instance's workers' logs; [] (read the file) when the backend cannot name them now."""
-    backend = _live_backend(request, ctx)
-    if backend is None:
-        return []
     try:
         return backend.worker_logs(handle)
     except Exception as e:
@@ -113,10 +112,11 @@ def _worker_logs(request: Request, ctx: ServerContext, handle: Handle) -> list[W
 
 
 async def _follow_live(
-    ctx: ServerContext, instance_id: int, workers: list[WorkerLog], tail: int, path: Path
+    ctx: ServerContext, instance_id: int, workers: list[WorkerLog], tail: int, backend: LiveLogs, path: Path
 ) -> AsyncIterator[str]:
     """The workers' logs followed from the backend; when one cannot be read, the kept log once it ends."""
-    fan_in = FanIn(workers, tail)
+    # Made here, not in the route: the streams open only once the answer is being sent.
+    fan_in = FanIn(workers, tail, backend.explain_log_error)
     try:
         async for text in iterate_in_threadpool(fan_in):
             yield text
