@@ -148,8 +148,20 @@ def gang_env(slot: WorkerSlot, workers: int, gang: Gang) -> dict[str, str]:
     }
 
 
-def launcher_argv(cmd: str, slot: WorkerSlot, gang: Gang, python: str = "python3") -> list[str]:
-    """The worker's argv: the rank launcher, serving the rendezvous on worker 0, starting `cmd` per GPU."""
+NO_PYTHON = (
+    'if command -v python3 >/dev/null; then exec python3 -I -S -c "$0" "$@"; fi; '
+    "echo 'hai: this image has no python3, which a per-gpu job needs to start a process per GPU; "
+    "add Python 3 to the image or submit with processes = per-worker' >&2; exit 127"
+)
+"""Starts the launcher with the image's python3, or says plainly why it cannot."""
+
+
+def launcher_argv(cmd: str, slot: WorkerSlot, gang: Gang) -> list[str]:
+    """The worker's argv: the rank launcher, serving the rendezvous on worker 0, starting `cmd` per GPU.
+
+    `/bin/sh -c NO_PYTHON SOURCE PROCESSES FIRST_RANK SERVE CMD`: the shell execs the image's python3
+    (so the launcher is what a runtime or kubelet signals) or explains that there is none.
+    """
     local = processes_of(slot)
     serve = f"{gang.serve_host}:{gang.rendezvous_port}" if slot.rank == 0 else "-"
-    return [python, "-I", "-S", "-c", RANKS_SOURCE, str(local), str(slot.rank * local), serve, cmd]
+    return ["/bin/sh", "-c", NO_PYTHON, RANKS_SOURCE, str(local), str(slot.rank * local), serve, cmd]

@@ -195,7 +195,10 @@ def test_a_new_backend_reattaches_running_containers_by_label(jobs: DockerJobs) 
 
 def test_a_failed_worker_stops_its_gang(jobs: DockerJobs) -> None:
     launch = jobs.launch(
-        'if [ "$RANK" = 1 ]; then sleep 0.5; exit 9; fi; sleep 300', mode="distributed", gpus=((0,), (1,))
+        'if [ "$RANK" = 1 ]; then sleep 0.5; exit 9; fi; sleep 300',
+        mode="distributed",
+        gpus=((0,), (1,)),
+        processes="per-worker",  # busybox: no python3 for the rank launcher
     )
     jobs.backend.start(launch)
     ended = jobs.wait(launch.instance_id, timeout=30)
@@ -221,7 +224,9 @@ fi
 
 def test_distributed_workers_share_a_network_and_reach_rank_0(jobs: DockerJobs) -> None:
     (jobs.code / "rendezvous.sh").write_text(RENDEZVOUS)
-    launch = jobs.launch("sh rendezvous.sh", mode="distributed", gpus=((0, 1), (2, 3)))
+    launch = jobs.launch(
+        "sh rendezvous.sh", mode="distributed", gpus=((0, 1), (2, 3)), processes="per-worker"
+    )
     jobs.backend.start(launch)
     containers = sorted(jobs.containers(launch.instance_id), key=lambda c: c.name)
     assert [c.labels["hai.worker"] for c in containers] == ["0", "1"]
@@ -261,3 +266,12 @@ def test_reap_removes_the_containers_of_an_instance_never_recorded(jobs: DockerJ
     jobs.new_backend().reap(orphan.instance_id, orphan.work_dir)
     assert jobs.containers(orphan.instance_id) == []
     assert len(jobs.containers(kept.instance_id)) == 1
+
+
+def test_a_per_gpu_job_in_an_image_without_python_fails_saying_what_to_change(jobs: DockerJobs) -> None:
+    launch = jobs.launch("true", mode="distributed", gpus=((0,), (1,)))
+    jobs.backend.start(launch)
+    ended = jobs.wait(launch.instance_id, timeout=30)
+    assert ended.exit_code == 127
+    assert "this image has no python3" in launch.log_path.read_text()
+    assert "processes = per-worker" in launch.log_path.read_text()

@@ -237,7 +237,7 @@ def test_distributed_without_mpi_operator_is_a_gang_with_a_headless_service(kube
         env = env_of(pod.spec.containers[0])
         # One process per GPU: the pod runs the rank launcher; worker 0's serves the Horovod rendezvous.
         serve = "0.0.0.0:29400" if rank == 0 else "-"
-        assert pod.spec.containers[0].command[5:] == ["4", str(4 * rank), serve, "python3 train.py"]
+        assert pod.spec.containers[0].command[4:] == ["4", str(4 * rank), serve, "python3 train.py"]
         assert (env["WORLD_SIZE"], env["HOROVOD_SIZE"], env["HOROVOD_CROSS_RANK"]) == ("8", "8", str(rank))
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == (f"hai-{iid}-w0.hai-{iid}", "29500")
         assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == env["MASTER_ADDR"]

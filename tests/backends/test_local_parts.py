@@ -60,13 +60,13 @@ def test_the_rank_launcher_starts_one_process_per_gpu_and_worker_0_serves_the_re
     gang = Gang("w0", 29500, "w0", 29400, "eth0", "0.0.0.0")
     first, second = worker_slots((W("a", (0, 1, 2)), W("b", (4, 5, 6))))
     argv = launcher_argv("python3 train.py --lr 0.1", first, gang)
-    assert argv[:3] == ["python3", "-I", "-S"] and argv[5:] == [
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[4:] == [
         "3",
         "0",
         "0.0.0.0:29400",
         "python3 train.py --lr 0.1",
     ]
-    assert launcher_argv("x", second, gang)[5:] == ["3", "3", "-", "x"]
+    assert launcher_argv("x", second, gang)[4:] == ["3", "3", "-", "x"]
     env = gang_env(second, 2, gang)
     assert (env["WORLD_SIZE"], env["HOROVOD_SIZE"], env["HOROVOD_LOCAL_SIZE"]) == ("6", "6", "3")
     assert (env["HOROVOD_CROSS_RANK"], env["HOROVOD_CROSS_SIZE"], env["CUDA_VISIBLE_DEVICES"]) == (
@@ -81,7 +81,7 @@ def test_the_rank_launcher_starts_one_process_per_gpu_and_worker_0_serves_the_re
 def test_a_worker_without_gpus_runs_one_process() -> None:
     (slot,) = worker_slots((W("a", ()),))
     gang = Gang("127.0.0.1", 1, "127.0.0.1", 2, "lo", "127.0.0.1")
-    assert launcher_argv("x", slot, gang)[5:7] == ["1", "0"]
+    assert launcher_argv("x", slot, gang)[4:6] == ["1", "0"]
     assert gang_env(slot, 1, gang)["HOROVOD_SIZE"] == "1"
 
 
