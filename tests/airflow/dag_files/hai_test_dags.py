@@ -88,3 +88,7 @@ hai_checkpoint_sensor_job = sensor_dag(
     poke_interval=0.5,
     deferrable=True,
 )
+
+MODEL_DIR = "/tmp/hai-airflow-test-model"
+"""A literal model dir, so the operator declares its asset as an outlet when the DAG is parsed."""
+hai_model_asset = cpu_dag("hai_model_asset", model_dir=MODEL_DIR)
