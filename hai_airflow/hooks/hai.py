@@ -9,9 +9,6 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from hai_airflow.client import AsyncHaiClient, HaiClient
 from hai_airflow.hooks.identity import Acting, hai_user_name, user_map
-
-# the checkpoint trigger imports these from here until it moves to hooks.retry
-from hai_airflow.hooks.retry import Backoff, is_transient  # noqa: F401
 from hai_airflow.spec import InstanceView
 
 DEFAULT_CONN_ID = "hai_default"
