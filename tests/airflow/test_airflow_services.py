@@ -1,7 +1,9 @@
 """The whole stack: Airflow's api-server, scheduler, dag-processor and triggerer, and `hai serve`.
 
 `hai_submit_training` is triggered through Airflow's REST API with a form in `conf`, the way the
-Airflow UI's trigger page does; the job must finish on hai and the run succeed.
+Airflow UI's trigger page does, by two Airflow users; the connection's token is hai's service
+identity for Airflow, so each job must be its triggering user's, under that user's quota, and the
+dashboard inside Airflow must show each of them their own.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.airflow.helpers import INCLUDE, REPO, connection_json
+from tests.airflow.helpers import INCLUDE, REPO, SERVICE_TOKEN, connection_json
 from tests.support.live_server import LiveServer, free_port
 
 PASSWORD = "hai-slow-test-password"
 DAG_ID = "hai_submit_training"
+AIRFLOW_USERS = ("admin", "alice", "bob")
 
 
 class AirflowServices:
@@ -35,7 +38,7 @@ class AirflowServices:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         home.mkdir(parents=True, exist_ok=True)
-        (home / "passwords.json").write_text(json.dumps({"admin": PASSWORD}))
+        (home / "passwords.json").write_text(json.dumps(dict.fromkeys(AIRFLOW_USERS, PASSWORD)))
         self.env = {
             **os.environ,
             "AIRFLOW_HOME": str(home),
@@ -53,7 +56,8 @@ class AirflowServices:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "2",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:admin" for u in AIRFLOW_USERS),
+            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__API__BASE_URL": self.url,
@@ -62,7 +66,11 @@ class AirflowServices:
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-            "AIRFLOW_CONN_HAI_DEFAULT": connection_json(hai),
+            # Airflow's service identity: it acts for the vision group (alice, bob)
+            "AIRFLOW_CONN_HAI_DEFAULT": connection_json(hai, SERVICE_TOKEN, user_map={}),
+            # the pool sync reads every group's quota, which only an admin sees
+            "AIRFLOW_CONN_HAI_ADMIN": connection_json(hai),
+            "AIRFLOW__HAI__POOL_SYNC_CONN_ID": "hai_admin",
         }
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -110,18 +118,18 @@ class AirflowServices:
             for p in sorted(self.home.glob("*.log"))
         )
 
-    def api(self) -> httpx.Client:
-        """A REST API client logged in as admin (waits for the api-server)."""
+    def api(self, user: str = "admin", base: str = "/api/v2") -> httpx.Client:
+        """A client of `base` logged in as the Airflow `user` (waits for the api-server)."""
         deadline = time.monotonic() + 180
         while True:
             with contextlib.suppress(httpx.HTTPError):
                 resp = httpx.post(
-                    f"{self.url}/auth/token", json={"username": "admin", "password": PASSWORD}, timeout=10
+                    f"{self.url}/auth/token", json={"username": user, "password": PASSWORD}, timeout=10
                 )
                 if resp.status_code == 201:
                     token = resp.json()["access_token"]
                     return httpx.Client(
-                        base_url=f"{self.url}/api/v2",
+                        base_url=f"{self.url}{base}",
                         headers={"Authorization": f"Bearer {token}"},
                         timeout=30,
                     )
@@ -150,55 +158,104 @@ def poll(check: Callable[[], Any], timeout: float, what: str, logs: Callable[[],
         time.sleep(2)
 
 
+def hai_task(server: LiveServer, token: str) -> list[dict[str, Any]]:
+    """`hai task -o json` as the token's user."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "hai"), "task", "-o", "json"],
+        env={**os.environ, "HAI_SERVER": server.url, "HAI_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_submit_page_through_the_rest_api(airflow_services: AirflowServices, hai_server: LiveServer) -> None:
-    api = airflow_services.api()
+def test_each_airflow_user_submits_as_themselves_through_the_rest_api(
+    airflow_services: AirflowServices, hai_server: LiveServer
+) -> None:
+    with hai_server.client() as admin:
+        admin.set_user_quota("bob", 0)  # bob may submit only low priority
+    api = {user: airflow_services.api(user) for user in ("alice", "bob")}
     poll(
-        lambda: api.get(f"/dags/{DAG_ID}").status_code == 200,
+        lambda: api["alice"].get(f"/dags/{DAG_ID}").status_code == 200,
         240,
         "the DAG to be parsed",
         airflow_services.logs,
     )
 
     form = {
-        "task_name": "triggered from the REST API",
         "mode": "standalone",
         "image": "local",
         "resource_pkg": 454,
         "gpu_type": "V100",
         "code_src": "nas",
         "code_path": str(INCLUDE),
-        # Long enough (about 14 s) that the deferral outlasts the ~10 s window in which Airflow's
-        # LocalExecutor can wrongly fail a task that resumes from a short deferral (apache/airflow #71580).
-        "cmd": "python3 train.py --steps 20 --ckpt-every 10 --step-sleep 0.7",
     }
-    created = api.post(f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": form})
-    assert created.status_code == 200, created.text
-    run_id = created.json()["dag_run_id"]
+    # Long enough (about 14 s) that the deferral outlasts the ~10 s window in which Airflow's
+    # LocalExecutor can wrongly fail a task that resumes from a short deferral (apache/airflow #71580).
+    train = "python3 train.py --steps 20 --ckpt-every 10 --step-sleep 0.7"
+    runs = {
+        "alice high": ("alice", {**form, "task_name": "alice high", "max_schedule": 4, "cmd": train}),
+        "bob high": ("bob", {**form, "task_name": "bob high", "max_schedule": 4, "cmd": train}),
+        "bob low": ("bob", {**form, "task_name": "bob low", "max_schedule": 0, "cmd": train}),
+    }
+    run_ids = {}
+    for name, (user, conf) in runs.items():
+        created = api[user].post(f"/dags/{DAG_ID}/dagRuns", json={"logical_date": None, "conf": conf})
+        assert created.status_code == 200, created.text
+        run_ids[name] = created.json()["dag_run_id"]
 
-    def finished() -> str | None:
-        state = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
-        return state if state in ("success", "failed") else None
+    def finished() -> dict[str, str] | None:
+        states = {
+            name: api["alice"].get(f"/dags/{DAG_ID}/dagRuns/{run_id}").json()["state"]
+            for name, run_id in run_ids.items()
+        }
+        return states if all(s in ("success", "failed") for s in states.values()) else None
 
-    assert poll(finished, 600, "the DAG run to finish", airflow_services.logs) == "success", (
+    states = poll(finished, 600, "the DAG runs to finish", airflow_services.logs)
+    assert states == {"alice high": "success", "bob high": "failed", "bob low": "success"}, (
         airflow_services.logs()
     )
 
-    tis = {
-        ti["task_id"]: ti
-        for ti in api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances").json()["task_instances"]
-    }
-    assert tis["submit_standalone"]["state"] == "success" and tis["submit_distributed"]["state"] == "skipped"
-    with hai_server.client() as client:
-        (job,) = [j for j in client.jobs(all=True) if j.task_name == form["task_name"]]
-    assert job.state == "SUCCEEDED" and job.client_key is not None
-    assert job.client_key.startswith(f"airflow:{DAG_ID}:submit_standalone:{run_id}")
-    # the task deferred, the triggerer followed the job, and its lines are in the task's log
-    task_log = api.get(f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/submit_standalone/logs/1").text
-    assert f"submitted hai job {job.id}" in task_log
-    assert f"hai job {job.id}: RUNNING -> SUCCEEDED" in task_log
-    assert "done: loss" in task_log  # the job's log tail
+    def task_log(name: str) -> str:
+        path = f"/dags/{DAG_ID}/dagRuns/{run_ids[name]}/taskInstances/submit_standalone/logs/1"
+        return api["alice"].get(path).text
+
+    # bob's high-priority request counted against his own quota (0), and the refusal is in his task log
+    assert "high-priority quota does not cover 1 GPUs" in task_log("bob high")
+    assert "acting for hai user bob (group vision) via airflow" in task_log("bob high")
+
+    # each job is its triggering user's, submitted via the service; `hai task` shows each only theirs
+    alice_jobs = hai_task(hai_server, "alice-token")
+    bob_jobs = hai_task(hai_server, "bob-token")
+    assert [(j["task_name"], j["user"], j["submitted_via"], j["priority"]) for j in alice_jobs] == [
+        ("alice high", "alice", "airflow", "high")
+    ]
+    assert [(j["task_name"], j["user"], j["submitted_via"], j["priority"]) for j in bob_jobs] == [
+        ("bob low", "bob", "airflow", "low")
+    ]
+    alice_job, bob_job = alice_jobs[0], bob_jobs[0]
+    assert alice_job["state"] == "SUCCEEDED" and bob_job["state"] == "SUCCEEDED"
+    assert str(alice_job["client_key"]).startswith(
+        f"airflow:{DAG_ID}:submit_standalone:{run_ids['alice high']}"
+    )
+
+    # the task deferred, the triggerer followed the job for alice, and its lines are in the task's log
+    log = task_log("alice high")
+    assert f"submitted hai job {alice_job['id']}" in log
+    assert f"hai job {alice_job['id']}: RUNNING -> SUCCEEDED" in log
+    assert "done: loss" in log  # the job's log tail
+
+    # the dashboard inside Airflow shows the signed-in Airflow user their own view
+    pages = {user: airflow_services.api(user, base="/hai") for user in ("alice", "bob")}
+    assert pages["alice"].get(f"/jobs/{alice_job['id']}").status_code == 200
+    assert pages["bob"].get(f"/jobs/{bob_job['id']}").status_code == 200
+    assert pages["bob"].get(f"/jobs/{alice_job['id']}").status_code in (403, 404)
+    assert httpx.get(f"{airflow_services.url}/hai/queue", timeout=30).status_code == 401
+
     # the services mirrored the quotas into pools when they started
-    pools = {p["name"]: p["slots"] for p in api.get("/pools").json()["pools"]}
+    pools = {p["name"]: p["slots"] for p in api["alice"].get("/pools").json()["pools"]}
     assert pools.get("hai_vision") == 8 and pools.get("hai_nlp") == 16
