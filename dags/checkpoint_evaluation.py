@@ -51,7 +51,7 @@ with DAG(
     ) -> list[dict[str, Any]]:
         """The checkpoints this run is for: those of the asset events that started it, or the form's."""
         extras = [event.extra for events in (triggering_asset_events or {}).values() for event in events]
-        found = checkpoints_in(extras)
+        found = checkpoints_in(extras, MODEL_DIR)
         chosen = (params or {}).get("checkpoint")
         if chosen:
             found.append({"checkpoint": chosen, "step": checkpoint_step(chosen), "job_id": None})

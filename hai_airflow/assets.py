@@ -8,7 +8,7 @@ from typing import Any
 from airflow.sdk import Asset, AssetWatcher
 
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID
-from hai_airflow.triggers.checkpoint import HaiCheckpointWatchTrigger, checkpoint_step
+from hai_airflow.triggers.checkpoint import HaiCheckpointWatchTrigger, checkpoint_step, same_dir
 
 
 def model_asset(model_dir: str) -> Asset:
@@ -20,6 +20,7 @@ def watched_model_asset(
     model_dir: str,
     job_id: int | None = None,
     hai_conn_id: str = DEFAULT_CONN_ID,
+    hai_user: str | None = None,
     poll_interval: float = 30.0,
 ) -> Asset:
     """`model_dir`'s asset with a watcher: a DAG scheduled on it runs for each new checkpoint.
@@ -27,12 +28,15 @@ def watched_model_asset(
     :param model_dir: the model directory; without `job_id`, every job saving there is watched.
     :param job_id: watch only this job's checkpoints (the asset is still `model_dir`'s).
     :param hai_conn_id: the Airflow connection to the hai server.
+    :param hai_user: the hai user whose jobs the watcher looks at, when the connection's token is a
+        service identity that may act for them.
     :param poll_interval: seconds between the watcher's looks.
     """
     trigger = HaiCheckpointWatchTrigger(
         job_id=job_id,
         model_dir=None if job_id is not None else model_dir,
         hai_conn_id=hai_conn_id,
+        hai_user=hai_user,
         poll_interval=poll_interval,
     )
     asset = model_asset(model_dir)
@@ -44,19 +48,22 @@ def watched_model_asset(
     )
 
 
-def checkpoints_in(extras: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def checkpoints_in(extras: Iterable[Mapping[str, Any]], model_dir: str | None = None) -> list[dict[str, Any]]:
     """The checkpoints named by asset events' extras, oldest first, each once.
 
-    A watcher's event keeps its trigger's payload under ``payload``; an operator's names the
-    checkpoint itself. Events without a checkpoint (a job that saved none) are left out.
+    A watcher's event keeps its trigger's payload under ``payload`` (``checkpoint``, ``step``);
+    an operator's names the newest checkpoint as ``path``, or the model dir itself when the job
+    saved none: such events, and events without a path, are left out.
+
+    :param model_dir: the asset's model directory, so that an event naming only it is skipped.
     """
     found: dict[str, dict[str, Any]] = {}
     for extra in extras:
         payload = extra.get("payload", extra)
         if not isinstance(payload, Mapping):
             continue
-        path = payload.get("checkpoint")
-        if not path:
+        path = payload.get("checkpoint") or payload.get("path")
+        if not path or (model_dir and same_dir(str(path), model_dir)):
             continue
         step = payload.get("step")
         found[str(path)] = {

@@ -270,6 +270,8 @@ class HaiCheckpointWatchTrigger(BaseEventTrigger):
     :param model_dir: count the checkpoints of every job (of those the connection may see) whose
         ``model_dir`` is this directory, e.g. each resubmission of a training.
     :param hai_conn_id: the Airflow connection to the hai server.
+    :param hai_user: the hai user to look as, when the connection is a service identity that may
+        act for them (a watcher has no run, so nobody else to act for); None: the token's own user.
     :param poll_interval: seconds between looks.
     :param max_backoff: longest delay in seconds between attempts while the server does not answer.
     """
@@ -279,6 +281,7 @@ class HaiCheckpointWatchTrigger(BaseEventTrigger):
         job_id: int | None = None,
         model_dir: str | None = None,
         hai_conn_id: str = DEFAULT_CONN_ID,
+        hai_user: str | None = None,
         poll_interval: float = 30.0,
         max_backoff: float = 300.0,
     ) -> None:
@@ -288,6 +291,7 @@ class HaiCheckpointWatchTrigger(BaseEventTrigger):
         self.job_id = int(job_id) if job_id is not None else None
         self.model_dir = model_dir or None
         self.hai_conn_id = hai_conn_id
+        self.hai_user = hai_user or None
         self.poll_interval = poll_interval
         self.max_backoff = max_backoff
 
@@ -298,6 +302,7 @@ class HaiCheckpointWatchTrigger(BaseEventTrigger):
                 "job_id": self.job_id,
                 "model_dir": self.model_dir,
                 "hai_conn_id": self.hai_conn_id,
+                "hai_user": self.hai_user,
                 "poll_interval": self.poll_interval,
                 "max_backoff": self.max_backoff,
             },
@@ -309,7 +314,7 @@ class HaiCheckpointWatchTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         last = await self._recall()
-        hook = HaiAsyncHook(self.hai_conn_id)
+        hook = HaiAsyncHook(self.hai_conn_id, on_behalf_of=self.hai_user)
         async with await hook.get_conn() as client:
             state: str | None = None
             while True:

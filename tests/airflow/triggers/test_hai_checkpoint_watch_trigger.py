@@ -20,7 +20,7 @@ from hai_airflow.triggers.checkpoint import (
     HaiCheckpointWatchTrigger,
     is_later,
 )
-from tests.airflow.helpers import INCLUDE
+from tests.airflow.helpers import INCLUDE, SERVICE_TOKEN
 from tests.support.live_server import LiveServer
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -72,7 +72,9 @@ def recorded(client: HaiClient, job_id: int) -> list[str]:
 
 
 def test_serialize_round_trip() -> None:
-    trigger = HaiCheckpointWatchTrigger(model_dir="/models/a", hai_conn_id="other", poll_interval=5)
+    trigger = HaiCheckpointWatchTrigger(
+        model_dir="/models/a", hai_conn_id="other", hai_user="alice", poll_interval=5
+    )
     classpath, kwargs = trigger.serialize()
     assert classpath == "hai_airflow.triggers.checkpoint.HaiCheckpointWatchTrigger"
     assert HaiCheckpointWatchTrigger(**kwargs).serialize() == (classpath, kwargs)
@@ -149,6 +151,18 @@ def test_a_model_dir_counts_only_the_jobs_saving_there(
     assert [f["step"] for f in found] == [e.step for e in events]
 
 
+def test_through_a_service_identity_it_watches_as_the_user_named(
+    hai_conn: Callable[..., LiveServer],
+) -> None:
+    server = hai_conn(SERVICE_TOKEN)
+    with server.client("alice-token") as alice:
+        job = alice.submit(training(steps=20))
+        trigger = HaiCheckpointWatchTrigger(job_id=job.id, hai_user="alice", poll_interval=0.2)
+        events = events_while(trigger, ended(alice, job.id), linger=1)
+        server_saw = recorded(alice, job.id)
+    assert [e["checkpoint"] for e in events] == server_saw and len(server_saw) >= 2
+
+
 def test_a_refusal_is_logged_and_the_watcher_goes_on(
     hai_conn: Callable[..., LiveServer], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -176,11 +190,13 @@ def test_the_watched_asset_is_the_model_dirs() -> None:
 def test_checkpoints_in_reads_watcher_and_operator_events() -> None:
     extras = [
         {"from_trigger": True, "payload": {"checkpoint": "/m/checkpoint-10.pt", "step": 10, "job_id": 3}},
-        {"checkpoint": "/m/checkpoint-20.pt", "job_id": 3},
+        {"path": "/m/checkpoint-20.pt", "step": 20},
         {"from_trigger": True, "payload": {"checkpoint": "/m/checkpoint-10.pt", "step": 10, "job_id": 3}},
-        {"job_id": 4, "state": "SUCCEEDED"},
+        {"path": "/m/", "step": None},
+        {"from_trigger": True, "payload": {"checkpoint": "/m/final.pt", "step": None, "job_id": 3}},
     ]
-    assert checkpoints_in(extras) == [
+    assert checkpoints_in(extras, model_dir="/m") == [
         {"checkpoint": "/m/checkpoint-10.pt", "step": 10, "job_id": 3},
-        {"checkpoint": "/m/checkpoint-20.pt", "step": 20, "job_id": 3},
+        {"checkpoint": "/m/checkpoint-20.pt", "step": 20, "job_id": None},
+        {"checkpoint": "/m/final.pt", "step": None, "job_id": 3},
     ]
