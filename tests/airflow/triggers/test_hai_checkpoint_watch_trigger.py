@@ -188,7 +188,7 @@ def test_the_watched_asset_is_the_model_dirs() -> None:
 
 
 def test_checkpoints_in_reads_watcher_and_operator_events() -> None:
-    extras = [
+    extras: list[dict[str, Any]] = [
         {"from_trigger": True, "payload": {"checkpoint": "/m/checkpoint-10.pt", "step": 10, "job_id": 3}},
         {"path": "/m/checkpoint-20.pt", "step": 20},
         {"from_trigger": True, "payload": {"checkpoint": "/m/checkpoint-10.pt", "step": 10, "job_id": 3}},
