@@ -39,6 +39,8 @@ class HaiCheckpointSensor(BaseSensorOperator):
     Watches the checkpoints the server records for `job_id`, or the files at `path` (a
     checkpoint file or a directory on storage this machine mounts), or the files at `path`
     while `job_id` runs. Returns ``{"checkpoint", "step", "saved_at", "job_id", "job_state"}``.
+    To act on every new checkpoint instead of waiting for one, schedule a DAG on
+    :func:`hai_airflow.assets.watched_model_asset`.
 
     :param job_id: the hai job whose checkpoints count; templated.
     :param path: a checkpoint file or directory; templated.
