@@ -22,6 +22,7 @@ from hai_airflow.dashboard.extra_link import JOB_ID_XCOM_KEY, HaiJobLink
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
 from hai_airflow.hooks.identity import HAI_USER_PARAM, Acting, NobodyToActFor, person_behind
 from hai_airflow.hooks.retry import is_transient, retry_transient
+from hai_airflow.operators.triggerer import no_triggerer
 from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import (
     TERMINAL_STATES,
@@ -336,6 +337,7 @@ class BaseHaiJobOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         hook = self.hook()
         try:
+            self._check_triggerer()
             acting = self._act_for_the_person(hook, context)
             self._check_group(acting)
             return self._start(hook, context)
@@ -485,6 +487,15 @@ class BaseHaiJobOperator(BaseOperator):
         while not client.check_high_priority(gpus).get("allowed"):
             time.sleep(self.quota_poll_interval)
         return spec
+
+    def _check_triggerer(self) -> None:
+        """Fail before submitting when a deferred wait could never resume: Airflow reports no triggerer."""
+        if self.deferrable and no_triggerer(conf.get("api", "base_url", fallback="")):
+            raise AirflowException(
+                "deferrable, but Airflow reports no running triggerer, so the deferred wait would never "
+                "resume. Start `airflow triggerer`, or set deferrable=False ([operators] "
+                "default_deferrable = False) to wait in the worker"
+            )
 
     def execute_after_quota(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Quota freed up: submit now (re-checked, since another job may have taken it first)."""
