@@ -24,11 +24,13 @@ MODEL_DIR = os.environ.get("HAI_EVAL_MODEL_DIR", "/tmp/hai-airflow/models/classi
 """The model directory watched (``HAI_EVAL_MODEL_DIR`` where the DAG is parsed)."""
 POLL_SECONDS = float(os.environ.get("HAI_EVAL_POLL_SECONDS", "30"))
 """Seconds between the watcher's looks at the server."""
+HAI_USER = os.environ.get("HAI_EVAL_HAI_USER") or None
+"""Whose jobs the watcher sees when the connection is a service identity acting for users."""
 
 with DAG(
     dag_id="checkpoint_evaluation",
     description="Runs for each new checkpoint the hai server records in a model directory, and scores it.",
-    schedule=watched_model_asset(MODEL_DIR, poll_interval=POLL_SECONDS),
+    schedule=watched_model_asset(MODEL_DIR, hai_user=HAI_USER, poll_interval=POLL_SECONDS),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     tags=["hai", "example"],

@@ -42,11 +42,14 @@ def _left(used: int, limit: int | None) -> str:
     return "unlimited" if limit is None else f"{max(limit - used, 0)} of {limit} GPUs"
 
 
-def quota_text(check: dict[str, Any]) -> str:
-    """The remaining high-priority quota, from the server's quota check of 0 GPUs."""
-    yours = _left(check["user_used"], check["user_limit"])
+def quota_text(check: dict[str, Any], who: dict[str, Any]) -> str:
+    """The remaining high-priority quota of the connection's user, from the server's check of 0 GPUs."""
+    mine = _left(check["user_used"], check["user_limit"])
     group = _left(check["group_used"], check["group_limit"])
-    return f"High-priority quota left when this form was built: yours {yours}, your group's {group}."
+    return (
+        f"High-priority quota left when this form was built: {who['user']} {mine}, group {who['group']} "
+        f"{group}. A submission counts against the quota of whoever triggers it."
+    )
 
 
 def server_choices(conn_id: str = DEFAULT_CONN_ID, timeout: float = FORM_TIMEOUT_S) -> ServerChoices:
@@ -56,7 +59,7 @@ def server_choices(conn_id: str = DEFAULT_CONN_ID, timeout: float = FORM_TIMEOUT
         client = hook.get_conn()
         packages = tuple(p for p in client.resource_packages() if p.gpus > 0)
         try:
-            quota = quota_text(client.check_high_priority(0))
+            quota = quota_text(client.check_high_priority(0), client.whoami())
         except HaiError:
             quota = None
         return ServerChoices(packages=packages, quota=quota)

@@ -18,10 +18,13 @@ DAG_ID = "checkpoint_evaluation"
 
 @pytest.fixture
 def watched_services(hai_server: LiveServer, tmp_path: Path) -> Iterator[tuple[AirflowServices, Path]]:
-    """Airflow's services with checkpoint_evaluation watching `tmp_path/models` every second."""
+    """Airflow's services with checkpoint_evaluation watching `tmp_path/models` every second, as alice
+    (the services' connection is Airflow's service identity, which acts for her group)."""
     model_dir = tmp_path / "models"
     services = AirflowServices(tmp_path / "airflow", hai_server)
-    services.env.update({"HAI_EVAL_MODEL_DIR": str(model_dir), "HAI_EVAL_POLL_SECONDS": "1"})
+    services.env.update(
+        {"HAI_EVAL_MODEL_DIR": str(model_dir), "HAI_EVAL_POLL_SECONDS": "1", "HAI_EVAL_HAI_USER": "alice"}
+    )
     try:
         services.start()
         yield services, model_dir
@@ -38,7 +41,7 @@ def test_a_dag_run_per_checkpoint(
     api = services.api()
     poll(lambda: api.get(f"/dags/{DAG_ID}").status_code == 200, 240, "the DAG to be parsed", services.logs)
 
-    with hai_server.client() as client:
+    with hai_server.client("alice-token") as client:
         # three checkpoints about 8 s apart (and final.pt), so each gets a run of its own
         job = client.submit(
             StandaloneJobSpec(

@@ -54,7 +54,7 @@ def test_the_priority_field_shows_the_users_remaining_quota(hai_conn: Callable[.
         )
     description = str(load_dag(DAG_ID).params.get_param("max_schedule").description)
     # alice's own quota is 8 GPUs and vision's 8; her high-priority job holds 2 of both
-    assert "yours 6 of 8 GPUs, your group's 6 of 8 GPUs" in description
+    assert "alice 6 of 8 GPUs, group vision 6 of 8 GPUs" in description
 
 
 @pytest.fixture
