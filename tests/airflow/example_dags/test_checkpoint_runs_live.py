@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,4 +89,8 @@ def test_a_dag_run_per_checkpoint(
     # every checkpoint the server recorded is scored exactly once, in runs the watcher's events started
     assert evaluated == sorted(recorded), services.logs()
     assert len(all_runs) >= 2, summary
+    # the triggerer kept the last checkpoint reported, so a restart would not report it again
+    with sqlite3.connect(services.home / "airflow.db") as db:
+        kept = dict(db.execute("select key, value from asset_state_store").fetchall())
+    assert json.loads(kept[f"hai-checkpoint-watch:model dir {model_dir}"])["path"] == recorded[-1], kept
     print(f"{len(recorded)} checkpoints, {len(all_runs)} DAG runs:\n{summary}")
