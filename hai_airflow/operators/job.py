@@ -19,9 +19,10 @@ from hai_airflow.airflow_plugin.priority import HaiPriorityWeightStrategy
 from hai_airflow.assets import model_asset
 from hai_airflow.client import HaiClient, HaiError
 from hai_airflow.dashboard.extra_link import JOB_ID_XCOM_KEY, HaiJobLink
+from hai_airflow.hooks.acting import act_for_run
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
-from hai_airflow.hooks.identity import HAI_USER_PARAM, Acting, NobodyToActFor, person_behind
-from hai_airflow.hooks.retry import is_transient, retry_transient
+from hai_airflow.hooks.identity import Acting
+from hai_airflow.hooks.retry import retry_transient
 from hai_airflow.operators.triggerer import no_triggerer
 from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import (
@@ -346,39 +347,8 @@ class BaseHaiJobOperator(BaseOperator):
 
     def _act_for_the_person(self, hook: HaiHook, context: Context) -> Acting:
         """Make `hook` act for the person behind this run; never the connection's own identity by default."""
-        dag_run = context.get("dag_run")
-        params = context.get("params") or {}
-        try:
-            person = person_behind(
-                triggering_user=getattr(dag_run, "triggering_user_name", None),
-                hai_user=self.hai_user or params.get(HAI_USER_PARAM),
-                owner=self.owner,
-                default_owner=conf.get("operators", "default_owner", fallback="airflow"),
-            )
-        except NobodyToActFor as e:
-            raise AirflowFailException(str(e)) from None
-        try:
-            acting = hook.act_for(person.airflow_user)
-        except ValueError as e:
-            raise AirflowFailException(f"connection {self.hai_conn_id!r}: {e}") from None
-        except HaiError as e:
-            text = (
-                f"hai will not let connection {self.hai_conn_id!r} act for {person.airflow_user} "
-                f"(the run's {person.source}): {e.message}"
-            )
-            if is_transient(e):
-                raise AirflowException(text) from None
-            raise AirflowFailException(text) from None
+        acting = act_for_run(hook, context, hai_user=self.hai_user, owner=self.owner, log=self.log)
         self._on_behalf_of = acting.on_behalf_of
-        via = f" via {acting.token_user}" if acting.on_behalf_of else ""
-        self.log.info(
-            "acting for hai user %s (group %s)%s: the run's %s %s",
-            acting.user,
-            acting.group,
-            via,
-            person.source,
-            person.airflow_user,
-        )
         return acting
 
     def _check_group(self, acting: Acting) -> None:

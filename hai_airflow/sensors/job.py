@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
+from hai_airflow.hooks.acting import act_for_run
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
 from hai_airflow.operators.job import default_deferrable, failure_message
 from hai_airflow.spec import TERMINAL_STATES, JobState
@@ -28,9 +29,12 @@ class HaiJobSensor(BaseSensorOperator):
     :param hai_conn_id: the Airflow connection to the hai server.
     :param deferrable: wait in the triggerer with the server's long-poll (default) instead of poking.
     :param poll_timeout: seconds one long-poll may wait on the server (deferred mode).
+    :param hai_user: whose job it is, for a run nobody triggered (as on the operators); templated.
+        The sensor acts for the person behind the run, so a service identity's connection sees
+        exactly that user's jobs.
     """
 
-    template_fields: Sequence[str] = ("job_id",)
+    template_fields: Sequence[str] = ("job_id", "hai_user")
     ui_color = "#e8f4ff"
 
     def __init__(
@@ -41,10 +45,13 @@ class HaiJobSensor(BaseSensorOperator):
         hai_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool | None = None,
         poll_timeout: float = 30.0,
+        hai_user: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job_id = job_id
+        self.hai_user = hai_user
+        self._on_behalf_of: str | None = None
         self.target_states = sorted(set(target_states))
         self.hai_conn_id = hai_conn_id
         self.deferrable = default_deferrable() if deferrable is None else deferrable
@@ -61,6 +68,9 @@ class HaiJobSensor(BaseSensorOperator):
     def poke(self, context: Context) -> bool | PokeReturnValue:
         hook = HaiHook(self.hai_conn_id)
         try:
+            # The job is the person's: a service identity sees it only when acting for them.
+            acting = act_for_run(hook, context, hai_user=self.hai_user, owner=self.owner, log=self.log)
+            self._on_behalf_of = acting.on_behalf_of
             job = hook.get_conn().job(int(self.job_id))
             tail = hook.log_tail(job.id, 20) if job.state in TERMINAL_STATES else []
         finally:
@@ -84,6 +94,7 @@ class HaiJobSensor(BaseSensorOperator):
                 target_states=self.target_states,
                 poll_timeout=self.poll_timeout,
                 cancel_on_kill=False,
+                on_behalf_of=self._on_behalf_of,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,

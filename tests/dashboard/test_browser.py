@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -27,6 +28,17 @@ README_SHOTS = Path(__file__).parent / "screenshots"
 """Where `HAI_UPDATE_SCREENSHOTS=1` copies one PNG per page for the README."""
 
 
+AIRFLOW_SERVICE = """
+[[users]]
+name = "airflow"
+token = "airflow-token"
+acts_for = ["admin", "dave"]
+"""
+"""The identity Airflow's connection holds: it acts for the signed-in Airflow user's hai account."""
+USER_MAP = {"admin": "admin", "viewer": "dave", "dag_test": "admin"}
+"""Airflow user -> hai user; `airflow dags test` runs are triggered by "dag_test"."""
+
+
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("screenshots")
@@ -44,7 +56,10 @@ def keep(driver: Any, shots: Path, name: str, max_height: int = 1500) -> Path:
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
     root = tmp_path_factory.mktemp("hai")
-    with start_server(root / "home", TEST_CONFIG) as server, dashboard_url(server, root) as ui:
+    with (
+        start_server(root / "home", TEST_CONFIG + AIRFLOW_SERVICE) as server,
+        dashboard_url(server, root) as ui,
+    ):
         yield preempt(server, ui, root / "code")
 
 
@@ -195,7 +210,8 @@ def airflow(scenario: Scenario, tmp_path_factory: pytest.TempPathFactory) -> Ite
                 "connection_id": "hai_default",
                 "conn_type": "hai",
                 "host": scenario.server.url,
-                "password": TOKENS["admin"],
+                "password": "airflow-token",
+                "extra": json.dumps({"user_map": USER_MAP}),
             },
             timeout=30,
         )
@@ -228,7 +244,9 @@ def test_airflow_renders_the_pages_for_a_logged_in_user(
     viewer = httpx.get(
         f"{airflow.url}/hai/quota", headers={"Authorization": f"Bearer {airflow.token('viewer')}"}, timeout=30
     )
+    # Airflow's viewer is hai's dave: his own group's quota, not what the connection's token sees.
     assert viewer.status_code == 200 and 'data-group="nlp"' in viewer.text
+    assert 'data-group="vision"' not in viewer.text
     driver.get(f"{airflow.url}/api/v2/monitor/health")
     driver.add_cookie({"name": "_token", "value": airflow.token("admin"), "path": "/"})
     driver.get(f"{airflow.url}/hai/nodes")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hai_airflow.spec import CpuJobSpec, JobView
-from tests.airflow.helpers import load_dag, task_states, xcom
+from tests.airflow.helpers import DAG_TEST_USER, SERVICE_TOKEN, connection_json, load_dag, task_states, xcom
 from tests.support.live_server import LiveServer
 
 
@@ -61,3 +61,22 @@ def test_checkpoint_sensor_skips_when_the_job_ends_without_one(hai_conn: Callabl
     job = submit(hai_conn(), "sleep 2")
     run = load_dag("hai_checkpoint_sensor_job").test(run_conf={"job_id": job.id, "after_step": 0})
     assert task_states(run) == {"wait": "skipped"}
+
+
+def test_job_sensor_through_a_service_sees_the_persons_job_only(
+    hai_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through Airflow's service identity the sensor acts for the person behind the run, as operators do."""
+    with hai_server.client("alice-token") as alice, hai_server.client("dave-token") as dave:
+        hers = alice.submit(CpuJobSpec(task_name="hers", code_path="/tmp", cmd="true"))
+        his = dave.submit(CpuJobSpec(task_name="his", code_path="/tmp", cmd="true"))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HAI_DEFAULT", connection_json(hai_server, SERVICE_TOKEN, {DAG_TEST_USER: "alice"})
+    )
+    dag = load_dag("hai_job_sensor_poke")
+    assert task_states(dag.test(run_conf={"job_id": hers.id})) == {"wait": "success"}
+    # dave is not in the service's acts_for: the sensor fails rather than look as the service itself.
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_HAI_DEFAULT", connection_json(hai_server, SERVICE_TOKEN, {DAG_TEST_USER: "dave"})
+    )
+    assert task_states(dag.test(run_conf={"job_id": his.id})) == {"wait": "failed"}
