@@ -43,6 +43,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+DEMO_USER = "demo"
+"""The demo's one hai user, a platform admin."""
+
+
 def platform_config(token: str) -> str:
     """One node of 8 virtual V100s, the document's packages, one unlimited group, one admin;
     image `local` runs jobs in this Python environment (so the sample code finds torch)."""
@@ -64,10 +68,10 @@ virtual = true
 
 [[groups]]
 name = "default"
-admins = ["demo"]
+admins = ["{DEMO_USER}"]
 
 [[users]]
-name = "demo"
+name = "{DEMO_USER}"
 group = "default"
 role = "platform_admin"
 token = "{token}"
@@ -182,7 +186,10 @@ class HaiService:
 
 def airflow_env(airflow_home: Path, hai: HaiService, **extra: str) -> dict[str, str]:
     """Airflow on SQLite in `airflow_home`, this repo's DAGs, `hai_default` pointing at `hai`."""
-    connection = {"conn_type": "hai", "host": hai.url, "password": hai.token}
+    # The demo's one hai user stands behind every Airflow user: `airflow dags test` runs are
+    # triggered by "dag_test", the UI's by "admin" (how to map people: README, Airflow).
+    people = {"user_map": {"dag_test": DEMO_USER, "admin": DEMO_USER}}
+    connection = {"conn_type": "hai", "host": hai.url, "password": hai.token, "extra": json.dumps(people)}
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(airflow_home),
