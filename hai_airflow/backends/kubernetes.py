@@ -251,15 +251,21 @@ class KubernetesBackend(ServedLogs):
 
     def _delete(self, kind: str, name: str, grace: int) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=grace, propagation_policy="Background")
+        # The answer is not read: API servers before 1.22 answer a Service's delete with a Status, which
+        # kubernetes>=37's typed client cannot read as the Service it expects.
+        raw = {"body": body, "_preload_content": False}
         try:
             if kind == "pod":
-                self.core.delete_namespaced_pod(name, self.ns, body=body)
+                answer = self.core.delete_namespaced_pod(name, self.ns, **raw)
             elif kind == "service":
-                self.core.delete_namespaced_service(name, self.ns, body=body)
+                answer = self.core.delete_namespaced_service(name, self.ns, **raw)
             else:
-                self.custom.delete_namespaced_custom_object(
-                    m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, name, body=body
+                answer = self.custom.delete_namespaced_custom_object(
+                    m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, name, **raw
                 )
+            # Read to the end, so the connection goes back to the pool clean.
+            answer.read()
+            answer.release_conn()
         except ApiException as e:
             if e.status != 404:
                 log.warning("cannot delete %s %s: %s", kind, name, _explain(e))
