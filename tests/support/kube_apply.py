@@ -1,0 +1,38 @@
+"""`kubectl apply -f DIR` for the tests: a directory's manifests, applied in order by server-side apply."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FIELD_MANAGER = "hai-tests"
+
+
+def load_manifests(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(file, object) of every document of every *.yaml file, in file-name order as kubectl reads them."""
+    out = []
+    for path in sorted(directory.glob("*.yaml")):
+        out += [(path, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return out
+
+
+def apply(api_client: Any, docs: list[dict[str, Any]]) -> list[Any]:
+    """Create or update each object in turn (server-side apply, as `kubectl apply --server-side`)."""
+    from kubernetes.dynamic import DynamicClient
+
+    dynamic = DynamicClient(api_client)
+    applied = []
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        applied.append(
+            resource.server_side_apply(
+                body=doc,
+                name=doc["metadata"]["name"],
+                namespace=doc["metadata"].get("namespace"),
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+        )
+    return applied
