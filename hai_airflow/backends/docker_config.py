@@ -15,8 +15,9 @@ from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,
     gang_env,
-    launcher_argv,
+    host_ports,
     per_gpu,
+    worker_argv,
     worker_env,
     worker_slots,
 )
@@ -97,9 +98,7 @@ def command(cmd: str) -> list[str]:
 
 def worker_command(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> list[str]:
     """The rank launcher for a per-gpu job (it handles SIGTERM itself), else the command in a shell."""
-    if per_gpu(launch.spec):
-        return launcher_argv(launch.spec.cmd, slot, gang_of(launch, opts))
-    return command(launch.spec.cmd)
+    return worker_argv(launch.spec, slot, gang_of(launch, opts), command(launch.spec.cmd))
 
 
 def uses_bridge(launch: Launch, opts: DockerOptions) -> bool:
@@ -111,8 +110,7 @@ def master_addr_port(launch: Launch, opts: DockerOptions) -> tuple[str, int]:
     if uses_bridge(launch, opts):
         # Each container has its own network namespace, so the standard port never collides.
         return container_name(launch.instance_id, 0), MASTER_PORT
-    # On the host network instances share ports: spread them by instance id.
-    return "127.0.0.1", 20000 + launch.instance_id % 10000
+    return "127.0.0.1", host_ports(launch.instance_id)[0]
 
 
 def gang_of(launch: Launch, opts: DockerOptions) -> Gang:
@@ -121,7 +119,7 @@ def gang_of(launch: Launch, opts: DockerOptions) -> Gang:
     if uses_bridge(launch, opts):
         return Gang(addr, port, addr, RENDEZVOUS_PORT, "eth0", "0.0.0.0")
     # One container (a standalone job), or the host's network shared by every instance.
-    return Gang("127.0.0.1", port, "127.0.0.1", port + 10000, "lo", "127.0.0.1")
+    return Gang("127.0.0.1", port, "127.0.0.1", host_ports(launch.instance_id)[1], "lo", "127.0.0.1")
 
 
 def engine_sockets(opts: DockerOptions) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine, job_paths, launch_rules
@@ -16,8 +16,9 @@ from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,
     gang_env,
-    launcher_argv,
+    host_ports,
     per_gpu,
+    worker_argv,
     worker_env,
     worker_slots,
 )
@@ -67,6 +68,18 @@ class KubernetesOptions(BaseModel):
         default="affinity",
         description="affinity: required node affinity to the planned node (the kube-scheduler binds); "
         "node_name: spec.nodeName (the planner alone decides, bypassing the kube-scheduler).",
+    )
+    network: Literal["pod", "host"] = Field(
+        default="pod",
+        description="pod: each pod has its own network; a gang finds worker 0 by the DNS name its headless "
+        "Service gives (needs cluster DNS). host: pods use their node's network (hostNetwork, as RDMA and "
+        "NCCL set-ups often want); a gang meets at worker 0's node's InternalIP on ports spread by instance "
+        "id, and no Service is made.",
+    )
+    host_iface: str = Field(
+        default="eth0",
+        pattern=r"^[A-Za-z0-9_.:-]{1,15}$",
+        description="With network = host: the nodes' interface gloo and NCCL use between workers.",
     )
     gpu_type_label: str = Field(
         default="hai.io/gpu-type",
@@ -118,6 +131,15 @@ class KubernetesOptions(BaseModel):
     )
     image_pull_secrets: tuple[str, ...] = Field(default=(), description="Pull secrets of job pods.")
 
+    @model_validator(mode="after")
+    def _mpijob_needs_pod_network(self) -> KubernetesOptions:
+        if self.mpi_operator == "always" and self.network == "host":
+            raise ValueError(
+                'mpi_operator = "always" needs network = "pod": an MPIJob worker runs sshd on port 22, '
+                "which the node's own sshd holds on the host network"
+            )
+        return self
+
 
 # ---- names ---------------------------------------------------------------------------------------
 
@@ -168,7 +190,7 @@ def _storage_path(opts: KubernetesOptions, storage_id: int) -> str:
 
 
 def environment(
-    launch: Launch, slot: WorkerSlot, opts: KubernetesOptions, master_addr: str, launcher: bool = True
+    launch: Launch, slot: WorkerSlot, opts: KubernetesOptions, gang: Gang, launcher: bool = True
 ) -> dict[str, str]:
     """Section 4 variables, the job's `env`, the worker's ranks; paths rewritten to the pod's view.
 
@@ -176,11 +198,11 @@ def environment(
     """
     env = {**launch.env, **launch.spec.env}
     if launcher and per_gpu(launch.spec):
-        env |= gang_env(slot, len(slots(launch)), gang_of(launch, master_addr))
+        env |= gang_env(slot, len(slots(launch)), gang)
     else:
-        env |= worker_env(slot, max(1, len(launch.placement)), is_distributed(launch), MASTER_PORT)
+        env |= worker_env(slot, max(1, len(launch.placement)), is_distributed(launch), gang.master_port)
         if is_distributed(launch):
-            env["MASTER_ADDR"] = master_addr
+            env["MASTER_ADDR"] = gang.master_addr
     if slot.gpus and not opts.virtual_gpus:
         # The device plugin decides which GPUs the pod gets; inside, they are numbered from 0.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
@@ -192,18 +214,23 @@ def environment(
     return env
 
 
-def gang_of(launch: Launch, master_addr: str) -> Gang:
-    """Where a per-gpu instance's processes meet: worker 0's pod (by DNS name), or inside the one pod."""
+def gang_of(launch: Launch, opts: KubernetesOptions, master_host: str) -> Gang:
+    """Where an instance's processes meet: worker 0 at `master_host` (its pod's DNS name, or its node's
+    address on the host network), or inside the one pod of a standalone job."""
+    if opts.network == "host":
+        # The node's ports are shared by every pod on it.
+        port, rendezvous = host_ports(launch.instance_id)
+        if is_distributed(launch):
+            return Gang(master_host, port, master_host, rendezvous, opts.host_iface, "0.0.0.0")
+        return Gang("127.0.0.1", port, "127.0.0.1", rendezvous, "lo", "127.0.0.1")
     if is_distributed(launch):
-        return Gang(master_addr, MASTER_PORT, master_addr, RENDEZVOUS_PORT, "eth0", "0.0.0.0")
+        return Gang(master_host, MASTER_PORT, master_host, RENDEZVOUS_PORT, "eth0", "0.0.0.0")
     return Gang("127.0.0.1", MASTER_PORT, "127.0.0.1", RENDEZVOUS_PORT, "lo", "127.0.0.1")
 
 
-def worker_command(launch: Launch, slot: WorkerSlot, master_addr: str) -> list[str]:
-    """The rank launcher for a per-gpu job, else the job's command in a shell."""
-    if per_gpu(launch.spec):
-        return launcher_argv(launch.spec.cmd, slot, gang_of(launch, master_addr))
-    return ["/bin/sh", "-c", launch.spec.cmd]
+def uses_service(launch: Launch, opts: KubernetesOptions) -> bool:
+    """Whether the instance's pods need a headless Service: a gang on the pod network finds worker 0 by it."""
+    return is_distributed(launch) and opts.network == "pod"
 
 
 def _resources(worker: WorkerPlacement, opts: KubernetesOptions) -> dict[str, Any]:
@@ -374,6 +401,9 @@ def pod_spec(
     }
     if launch.spec.code_src == "git":
         spec["initContainers"] = [_git_init(launch, opts)]
+    if opts.network == "host":
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     real_nodes = [n for n in nodes if n]
     if real_nodes and opts.pin == "node_name" and len(real_nodes) == 1:
         spec["nodeName"] = real_nodes[0]
@@ -394,20 +424,27 @@ def pod_spec(
 # ---- whole objects ----------------------------------------------------------------------------------
 
 
-def worker_pods(launch: Launch, opts: KubernetesOptions) -> list[dict[str, Any]]:
-    """One pod per worker: standalone and CPU jobs, and the gang of a distributed job without MPIJob."""
-    gang = is_distributed(launch)
+def worker_pods(
+    launch: Launch, opts: KubernetesOptions, master_node_address: str = ""
+) -> list[dict[str, Any]]:
+    """One pod per worker: standalone and CPU jobs, and the gang of a distributed job without MPIJob.
+
+    On the host network a gang meets at `master_node_address`, worker 0's planned node's address.
+    """
     service = instance_name(opts, launch.instance_id)
-    master = f"{pod_name(opts, launch.instance_id, 0)}.{service}"
+    if opts.network == "host":
+        gang = gang_of(launch, opts, master_node_address)
+    else:
+        gang = gang_of(launch, opts, f"{pod_name(opts, launch.instance_id, 0)}.{service}")
     pods = []
     for slot in slots(launch):
         worker = launch.placement[slot.rank] if launch.placement else WorkerPlacement(node="", gpus=())
         name = pod_name(opts, launch.instance_id, slot.rank)
         labels = {**instance_labels(opts, launch), LABEL_WORKER: str(slot.rank)}
-        env = environment(launch, slot, opts, master)
-        command = worker_command(launch, slot, master)
+        env = environment(launch, slot, opts, gang)
+        command = worker_argv(launch.spec, slot, gang, ["/bin/sh", "-c", launch.spec.cmd])
         spec = pod_spec(launch, opts, worker, env, command, [worker.node])
-        if gang:
+        if uses_service(launch, opts):
             # With the headless Service of the same name, rank 0 is reachable as <pod>.<service>.
             spec["hostname"] = name
             spec["subdomain"] = service
@@ -474,7 +511,7 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
     nodes = sorted({w.node for w in placement if w.node})
     labels = instance_labels(opts, launch)
     first = slots(launch)[0]
-    env = environment(launch, first, opts, "", launcher=False)
+    env = environment(launch, first, opts, gang_of(launch, opts, ""), launcher=False)
     # mpirun gives every process its rank; the per-worker rank variables would contradict it.
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                 "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",

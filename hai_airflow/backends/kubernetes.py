@@ -166,7 +166,12 @@ class KubernetesBackend(ServedLogs):
         m.nas_mounts(launch, self.options)
         self._ensure_watch()
         # mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only.
-        use_mpijob = m.is_distributed(launch) and per_gpu(launch.spec) and self._mpi_operator_installed()
+        use_mpijob = (
+            m.is_distributed(launch)
+            and per_gpu(launch.spec)
+            and self.options.network == "pod"
+            and self._mpi_operator_installed()
+        )
         created: list[tuple[str, str]] = []
         try:
             if use_mpijob:
@@ -190,13 +195,13 @@ class KubernetesBackend(ServedLogs):
                 inst = _Instance(launch.instance_id, "mpijob", [], None, name, launch.log_path, time.time())
             else:
                 service = None
-                if m.is_distributed(launch):
+                if m.uses_service(launch, self.options):
                     svc = m.gang_service(launch, self.options)
                     self.core.create_namespaced_service(self.ns, svc)
                     service = svc["metadata"]["name"]
                     created.append(("service", service))
                 names = []
-                for pod in m.worker_pods(launch, self.options):
+                for pod in m.worker_pods(launch, self.options, self._master_node_address(launch)):
                     self.core.create_namespaced_pod(self.ns, pod)
                     names.append(pod["metadata"]["name"])
                     created.append(("pod", pod["metadata"]["name"]))
@@ -212,6 +217,21 @@ class KubernetesBackend(ServedLogs):
             # The watch may have seen the new pods before the instance was registered.
             inst.last.update({n: st for n, st in self._pods.items() if st.instance_id == launch.instance_id})
         return inst.handle(self.ns)
+
+    def _master_node_address(self, launch: Launch) -> str:
+        """On the host network, where a gang meets: the InternalIP of worker 0's planned node."""
+        if self.options.network != "host" or not m.is_distributed(launch) or not launch.placement:
+            return ""
+        node = launch.placement[0].node
+        try:
+            addresses = self.core.read_node(node).status.addresses or []
+        except ApiException as e:
+            raise StartError(f"cannot read node {node}'s address: {_explain(e)}") from None
+        for kind in ("InternalIP", "ExternalIP"):
+            for address in addresses:
+                if address.type == kind:
+                    return str(address.address)
+        raise StartError(f"node {node} reports no InternalIP, so its workers cannot meet on the host network")
 
     def _mpi_operator_installed(self) -> bool:
         if self.options.mpi_operator != "auto":

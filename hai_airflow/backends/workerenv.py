@@ -156,6 +156,19 @@ NO_PYTHON = (
 """Starts the launcher with the image's python3, or says plainly why it cannot."""
 
 
+def host_ports(instance_id: int) -> tuple[int, int]:
+    """(torch store port, Horovod rendezvous port) of an instance on a network instances share (a host's):
+    spread by instance id, so two instances on one machine never ask for the same port."""
+    port = 20000 + instance_id % 10000
+    return port, port + 10000
+
+
+def worker_argv(spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec, slot: WorkerSlot, gang: Gang,
+                shell: list[str]) -> list[str]:  # fmt: skip
+    """What a worker runs: the rank launcher for a per-gpu job, else `shell` (the command in a shell)."""
+    return launcher_argv(spec.cmd, slot, gang) if per_gpu(spec) else shell
+
+
 def launcher_argv(cmd: str, slot: WorkerSlot, gang: Gang) -> list[str]:
     """The worker's argv: the rank launcher, serving the rendezvous on worker 0, starting `cmd` per GPU.
 

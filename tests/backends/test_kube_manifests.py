@@ -71,6 +71,8 @@ def every_manifest() -> dict[str, dict[str, Any]]:
     }
     for i, pod in enumerate(m.worker_pods(distributed(), opts)):
         docs[f"gang-pod-{i}"] = pod
+    host = m.KubernetesOptions(network="host", host_iface="ens5")
+    docs["host-network-gang-pod"] = m.worker_pods(distributed(), host, "10.0.0.7")[1]
     job = m.mpijob(distributed(), opts)
     # The MPIJob CRD's schema is not Kubernetes'; each replica's template is a core PodTemplate.
     for role, replica in job["spec"]["mpiReplicaSpecs"].items():
@@ -242,6 +244,31 @@ def test_a_per_gpu_gang_runs_the_rank_launcher_and_finds_worker_0_by_its_dns_nam
     launcher = m.mpijob(distributed(), m.KubernetesOptions())["spec"]["mpiReplicaSpecs"]["Launcher"]
     names = {e["name"] for e in launcher["template"]["spec"]["containers"][0]["env"]}
     assert not {n for n in names if n.startswith("HOROVOD_")}
+
+
+def test_on_the_host_network_a_gang_meets_at_worker_0s_node_on_ports_of_its_own() -> None:
+    opts = m.KubernetesOptions(network="host", host_iface="ens5")
+    assert not m.uses_service(distributed(), opts)  # no DNS name is needed, so no Service is made
+    pods = m.worker_pods(distributed(), opts, "10.0.0.7")
+    envs = [{e["name"]: e["value"] for e in p["spec"]["containers"][0]["env"]} for p in pods]
+    for pod, env in zip(pods, envs, strict=True):
+        assert (pod["spec"]["hostNetwork"], pod["spec"]["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+        assert "hostname" not in pod["spec"] and "subdomain" not in pod["spec"]
+        assert env["MASTER_ADDR"] == env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "10.0.0.7"
+        assert env["HOROVOD_GLOO_IFACE"] == env["NCCL_SOCKET_IFNAME"] == "ens5"
+    # Instance 42's ports on a node every instance shares: never the well-known 29500/29400.
+    assert (envs[0]["MASTER_PORT"], envs[0]["HOROVOD_GLOO_RENDEZVOUS_PORT"]) == ("20042", "30042")
+    assert pods[0]["spec"]["containers"][0]["command"][6] == "0.0.0.0:30042"
+    # A standalone per-gpu job meets inside its one pod, still on ports of its own.
+    job = standalone(processes="per-gpu")
+    (pod,) = m.worker_pods(job, opts)
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["HOROVOD_GLOO_IFACE"]) == ("127.0.0.1", "20042", "lo")
+
+
+def test_an_mpijob_is_refused_on_the_host_network() -> None:
+    with pytest.raises(ValueError, match='needs network = "pod"'):
+        m.KubernetesOptions(network="host", mpi_operator="always")
 
 
 def test_a_per_worker_job_runs_its_command_in_a_shell_once_per_pod() -> None:
