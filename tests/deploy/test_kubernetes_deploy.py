@@ -7,10 +7,13 @@ the server's ServiceAccount is shown to hold what the kubernetes backend needs a
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -22,10 +25,12 @@ import pytest
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.config import ServerConfig, parse_config
+from tests.support.docker_engine import Engine, docker_engine
 from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, kube_apiserver
 from tests.support.kube_apply import apply, load_manifests
+from tests.support.python_base_image import python_base_image
 
-__all__ = ["kube_apiserver"]  # the session fixture used below
+__all__ = ["docker_engine", "kube_apiserver"]  # the session fixtures used below
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "kubernetes"
@@ -46,6 +51,11 @@ Docs = list[dict[str, Any]]
 def kube(test: Any) -> Any:
     """A test against the tier's kube-apiserver (skipped, saying why, when there is none)."""
     return pytest.mark.slow(pytest.mark.kube(test))
+
+
+def slow_docker(test: Any) -> Any:
+    """A test that builds the product image on the tier's engine and runs it against its API server."""
+    return pytest.mark.slow(pytest.mark.docker(pytest.mark.kube(test)))
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +204,9 @@ def test_the_deployment_wires_the_config_secrets_nas_and_account_together(docs: 
     service = one(docs, "Service", "hai")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
-    assert service["spec"]["ports"] == [{"name": "http", "port": port, "targetPort": named["name"]}]
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": port, "targetPort": named["name"], "protocol": "TCP"}
+    ]
 
     # Not root, no privilege, and bounded.
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
@@ -256,25 +268,26 @@ def test_every_object_exists_after_apply_as_written(admin: Any, applied: Docs) -
 
 
 @kube
-def test_applying_again_changes_nothing(admin: Any, applied: Docs) -> None:
-    """`kubectl apply` twice is a no-op: every object keeps its resourceVersion."""
+def test_applying_again_changes_nothing_and_rolls_nothing_out(admin: Any, applied: Docs) -> None:
+    """`kubectl apply` twice leaves every object as it was, and the Deployment's generation with it (a new
+    generation would restart the server). The PVC's resourceVersion alone moves on a 1.20 API server."""
     from kubernetes.dynamic import DynamicClient
 
     dynamic = DynamicClient(admin)
 
-    def versions() -> list[str]:
+    def stored() -> list[dict[str, Any]]:
         out = []
         for doc in applied:
             resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
             meta = doc["metadata"]
-            out.append(
-                resource.get(name=meta["name"], namespace=meta.get("namespace")).metadata.resourceVersion
-            )
+            obj = resource.get(name=meta["name"], namespace=meta.get("namespace")).to_dict()
+            obj["metadata"] = {k: obj["metadata"].get(k) for k in ("uid", "generation", "labels")}
+            out.append(obj)
         return out
 
-    before = versions()
+    before = stored()
     apply(admin, applied)
-    assert versions() == before
+    assert stored() == before
 
 
 CAN = [
@@ -378,7 +391,8 @@ def test_as_the_account_pods_and_services_are_made_and_removed_and_nodes_read(as
         assert name in seen
         service = {"metadata": {"name": name}, "spec": {"clusterIP": "None", "selector": {"x": name}}}
         core.create_namespaced_service(NAMESPACE, service)
-        core.delete_namespaced_service(name, NAMESPACE)
+        # A 1.20 API server answers a Service delete with a Status the typed client cannot read.
+        core.delete_namespaced_service(name, NAMESPACE, _preload_content=False)
         assert isinstance(core.list_node().items, list)
     finally:
         core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0)
@@ -432,3 +446,234 @@ def test_kubectl_apply_of_the_directory_succeeds(
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("serverside-applied") == len(applied), done.stdout
+
+
+# ---- the product image ------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the top-level Dockerfile, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    return [(ln.split(None, 1)[0].upper(), ln.split(None, 1)[1]) for ln in lines]
+
+
+def test_the_dockerfile_builds_the_server_image_with_no_airflow_and_no_torch(docs: Docs) -> None:
+    steps = dockerfile_instructions()
+    assert steps[0] == ("ARG", "BASE=python:3.11-slim-bookworm")
+    assert [a for i, a in steps if i == "FROM"] == ["${BASE}"]
+    installs = [a for i, a in steps if i == "RUN" and "pip install" in a]
+    assert len(installs) == 1
+    (extras,) = re.findall(r"\[([\w,]+)\]", installs[0])
+    assert set(extras.split(",")) == {"server", "docker", "kubernetes"}
+    assert not re.search(r"airflow|torch|train|\ball\b", installs[0].replace("hai-airflow", ""))
+    # Everything it copies exists and is let through by .dockerignore.
+    for copied in [a for i, a in steps if i == "COPY"]:
+        for path in copied.split()[:-1]:
+            assert (REPO / path).exists(), f"the Dockerfile copies {path}, which does not exist"
+    # Runs as a numeric non-root user (Kubernetes' runAsNonRoot can check only a number), the one the
+    # Deployment names.
+    (user,) = [a for i, a in steps if i == "USER"]
+    uid, _, gid = user.partition(":")
+    pod = one(docs, "Deployment", "hai-server")["spec"]["template"]["spec"]
+    assert int(uid) != 0 and (int(uid), int(gid)) == (
+        pod["securityContext"]["runAsUser"],
+        pod["securityContext"]["runAsGroup"],
+    )
+    # Serves on the config's port, by default with the config file where the Deployment mounts it.
+    port = server_config(docs).server.port
+    assert ("EXPOSE", str(port)) in steps
+    entrypoint = json.loads(next(a for i, a in steps if i == "ENTRYPOINT"))
+    cmd = json.loads(next(a for i, a in steps if i == "CMD"))
+    container = server_container(docs)
+    assert entrypoint == container["command"] == ["hai"]
+    assert cmd == container["args"]
+
+
+def test_the_build_context_holds_only_what_the_dockerfile_copies() -> None:
+    """The root .dockerignore keeps .venv, .git, tests and caches out of `docker build .`."""
+    docker = pytest.importorskip("docker", reason="the docker SDK is not installed")
+    patterns = [
+        ln.strip() for ln in (REPO / ".dockerignore").read_text().splitlines() if ln.strip() and ln[0] != "#"
+    ]
+    sent = set(docker.utils.build.exclude_paths(str(REPO), patterns, dockerfile="Dockerfile"))
+    assert {"pyproject.toml", "README.md", "Dockerfile", "hai_airflow/__init__.py"} <= sent
+    tops = {p.split("/")[0] for p in sent}
+    assert tops == {"pyproject.toml", "README.md", "Dockerfile", ".dockerignore", "hai_airflow"}, tops
+    assert not [p for p in sent if "__pycache__" in p or p.endswith(".pyc")]
+
+
+def pypi_unreachable() -> str | None:
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10).close()
+    except OSError as e:
+        return f"PyPI cannot be reached from here ({e}); the image's pip install needs it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def product_image(docker_engine: Engine) -> str:
+    """`docker build .` of the top-level Dockerfile on the tier's engine, from a base made here (no Docker
+    Hub): about 1.5 min (apt-get for git, pip install from PyPI through the host network)."""
+    reason = pypi_unreachable()
+    if reason:
+        pytest.skip(reason)
+    try:
+        base = python_base_image(docker_engine.client)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"no python base image can be made here: {e}")
+    tag = f"hai-ci/hai-product:{uuid.uuid4().hex[:8]}"
+    api = docker_engine.client.api  # type: ignore[attr-defined]
+    log = []
+    for chunk in api.build(
+        path=str(REPO), dockerfile="Dockerfile", buildargs={"BASE": base}, tag=tag,
+        network_mode="host", rm=True, forcerm=True, decode=True,
+    ):  # fmt: skip
+        log.append(chunk.get("stream", "") or chunk.get("error", ""))
+        assert "error" not in chunk, "".join(log)[-3000:]
+    return tag
+
+
+@pytest.fixture
+def cluster_node(admin: Any, applied: Docs) -> Iterator[str]:
+    """A GPU node as a kubelet would register it, labelled with its GPU type as the README asks."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(admin)
+    name = f"hai-deploy-gpu-{uuid.uuid4().hex[:6]}"
+    allocatable = {"nvidia.com/gpu": "8", "cpu": "64", "memory": "512Gi"}
+    core.create_node({"metadata": {"name": name, "labels": {"hai.io/gpu-type": "A100"}}})
+    core.patch_node_status(name, {"status": {"capacity": allocatable, "allocatable": allocatable}})
+    yield name
+    core.delete_node(name)
+
+
+def in_cluster_files(kube_apiserver: ApiServer, admin: Any, where: Path) -> Path:
+    """What the kubelet mounts for the ServiceAccount hai: a token the API server issues (TokenRequest)
+    and its CA, at the path the in-cluster config reads."""
+    from kubernetes import client
+
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = client.CoreV1Api(admin).create_namespaced_service_account_token(
+        SERVICE_ACCOUNT, NAMESPACE, request
+    )
+    where.mkdir(mode=0o755)
+    (where / "token").write_text(token.status.token)
+    shutil.copyfile(kube_apiserver.ca_file, where / "ca.crt")
+    (where / "namespace").write_text(NAMESPACE)
+    for f in where.iterdir():
+        f.chmod(0o644)
+    return where
+
+
+@slow_docker
+def test_the_image_runs_the_deployments_config_in_cluster_as_the_service_account(
+    product_image: str, docker_engine: Engine, kube_apiserver: ApiServer, admin: Any, docs: Docs,
+    cluster_node: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The built image, started as the Deployment starts it (its command, config, env, non-root, read-only
+    root, no capabilities), finds the API server through in-cluster config alone and works as `hai`:
+    it lists the nodes, and a submitted job becomes a pod in the namespace; cancelled, the pod goes."""
+    from kubernetes import client as k8s
+
+    from hai_airflow.client import HaiClient
+    from hai_airflow.spec import CpuJobSpec
+
+    image = docker_engine.client.images.get(product_image)  # type: ignore[attr-defined]
+    assert image.attrs["Config"]["User"] == "10001:10001"
+    packages = docker_engine.client.containers.run(  # type: ignore[attr-defined]
+        product_image, entrypoint=["pip", "list", "--format=json"], remove=True
+    )
+    installed = {p["name"].lower() for p in json.loads(packages)}
+    assert {"hai-airflow", "fastapi", "uvicorn", "psycopg", "kubernetes", "docker"} <= installed
+    assert not installed & {"torch", "apache-airflow", "numpy"}, installed
+
+    config_dir = tmp_path / "etc-hai"
+    config_dir.mkdir(mode=0o755)
+    (config_dir / "config.toml").write_text(one(docs, "ConfigMap", "hai-config")["data"]["config.toml"])
+    (config_dir / "config.toml").chmod(0o644)
+    nas = tmp_path / "nas"
+    (nas / "admin" / "code").mkdir(parents=True)
+    for d in (nas, nas / "admin", nas / "admin" / "code"):
+        os.chown(d, 10001, 10001)
+    secrets = in_cluster_files(kube_apiserver, admin, tmp_path / "serviceaccount")
+    container = server_container(docs)
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    port = free_port()
+    api_port = kube_apiserver.url.rsplit(":", 1)[1]
+    token = uuid.uuid4().hex
+    args = [*container["args"]]
+    args[args.index("--port") + 1] = str(port)  # the host network: pick a free port
+    args[args.index("--host") + 1] = "127.0.0.1"
+    volumes = {
+        str(config_dir): {"bind": "/etc/hai", "mode": "ro"},
+        str(nas): {"bind": "/nas", "mode": "rw"},
+        str(secrets): {"bind": "/var/run/secrets/kubernetes.io/serviceaccount", "mode": "ro"},
+    }
+    server = docker_engine.client.containers.run(  # type: ignore[attr-defined]
+        product_image, command=args, detach=True, network_mode="host",
+        environment={**env, "HAI_ADMIN_TOKEN": token, "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                     "KUBERNETES_SERVICE_PORT": api_port},
+        volumes=volumes,
+        read_only=True, tmpfs={"/tmp": ""}, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+    )  # fmt: skip
+    core = k8s.CoreV1Api(admin)
+    try:
+        hai = HaiClient(f"http://127.0.0.1:{port}", token)
+        deadline = time.monotonic() + 90
+        while True:
+            server.reload()
+            assert server.status in ("created", "running"), server.logs().decode()[-3000:]
+            try:
+                health = hai.health()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no /health in 90 s: {server.logs().decode()[-3000:]}") from None
+                time.sleep(0.5)
+        assert health["status"] == "ok"
+        nodes = {n.name: n for n in hai.nodes()}
+        assert (nodes[cluster_node].gpu_type, nodes[cluster_node].gpus) == ("A100", 8), nodes
+
+        spec = CpuJobSpec(
+            task_name="deploy-check", code_path="/nas/admin/code", cmd="python3 -c 'print(1)'",
+            image="hai-ci/none:0", cpus=1, memory_gb=1,
+        )  # fmt: skip
+        job = hai.submit(spec)
+        selector = f"hai.io/owner=hai,hai.io/job-id={job.id}"
+
+        def pods() -> list[Any]:
+            return list(core.list_namespaced_pod(NAMESPACE, label_selector=selector).items)
+
+        wait_for(lambda: pods(), f"a pod of job {job.id} in {NAMESPACE}", 60, server)
+        (pod,) = pods()
+        # The job's pod mounts its code path from the NAS claim of the config, and gets no API token.
+        claims = {v.name: v.persistent_volume_claim for v in pod.spec.volumes}
+        assert claims["nas"].claim_name == "hai-nas"
+        mounts = {v.mount_path: v.sub_path for v in pod.spec.containers[0].volume_mounts if v.name == "nas"}
+        assert mounts["/nas/admin/code"] == "admin/code"
+        assert pod.spec.automount_service_account_token is False
+        hai.cancel(job.id)
+        wait_for(
+            lambda: not pods() or pods()[0].metadata.deletion_timestamp, "the pod's deletion", 60, server
+        )
+    finally:
+        server.remove(force=True)
+        for pod in core.list_namespaced_pod(NAMESPACE, label_selector="hai.io/owner=hai").items:
+            core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+
+
+def wait_for(predicate: Any, what: str, timeout: float, server: Any) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen in {timeout} s: {server.logs().decode()[-3000:]}")
+        time.sleep(0.5)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
