@@ -503,13 +503,18 @@ def test_the_build_context_holds_only_what_the_dockerfile_copies() -> None:
     assert not [p for p in sent if "__pycache__" in p or p.endswith(".pyc")]
 
 
-def pypi_unreachable() -> str | None:
+def build_sources_unreachable() -> str | None:
+    """Why the build cannot fetch what it installs (git from Debian, the package's dependencies from PyPI)."""
     import urllib.request
 
-    try:
-        urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=10).close()
-    except OSError as e:
-        return f"PyPI cannot be reached from here ({e}); the image's pip install needs it"
+    for url, what in (
+        ("https://pypi.org/simple/pip/", "the image's pip install"),
+        ("http://deb.debian.org/debian/dists/bookworm/Release", "the image's apt-get install git"),
+    ):
+        try:
+            urllib.request.urlopen(url, timeout=10).close()
+        except OSError as e:
+            return f"{url} cannot be reached from here ({e}); {what} needs it"
     return None
 
 
@@ -517,7 +522,7 @@ def pypi_unreachable() -> str | None:
 def product_image(docker_engine: Engine) -> str:
     """`docker build .` of the top-level Dockerfile on the tier's engine, from a base made here (no Docker
     Hub): about 1.5 min (apt-get for git, pip install from PyPI through the host network)."""
-    reason = pypi_unreachable()
+    reason = build_sources_unreachable()
     if reason:
         pytest.skip(reason)
     try:
