@@ -62,6 +62,8 @@ class _Instance:
     """Pod name -> its log as last captured (timestamped), kept for when the pod is gone."""
     last: dict[str, PodState] = field(default_factory=dict)
     """Pod name -> its last state seen, kept after the pod is deleted."""
+    followers: list[threading.Thread] = field(default_factory=list)
+    """Threads reading the logs of pods stopping with a grace, to their last line."""
 
     def handle(self, namespace: str) -> Handle:
         return Handle(
@@ -258,6 +260,12 @@ class KubernetesBackend(ServedLogs):
         for name in names:
             # A pod deleted without grace takes its log with it.
             self._capture(inst, name)
+            if grace > 0:
+                # What it prints in its grace (the save on notice) comes after this read, and the kubelet
+                # removes the pod as soon as its containers stopped: follow its log to the end instead.
+                follower = threading.Thread(target=self._capture, args=(inst, name, True), daemon=True)
+                follower.start()
+                inst.followers.append(follower)
             if notice:
                 stamp = json.dumps({"at": time.time(), "grace_seconds": grace, "notice": True})
                 with contextlib.suppress(ApiException):
@@ -491,6 +499,8 @@ class KubernetesBackend(ServedLogs):
 
     def _finish(self, inst: _Instance, outcome: tuple[int | None, str], lost: bool = False) -> Exit:
         names = self._pod_names(inst)
+        for follower in inst.followers:
+            follower.join(timeout=10)
         for name in names:
             if name in self._pods:
                 self._capture(inst, name)
@@ -510,16 +520,25 @@ class KubernetesBackend(ServedLogs):
 
     # ---- logs -------------------------------------------------------------------------------------
 
-    def _capture(self, inst: _Instance, name: str) -> None:
+    def _capture(self, inst: _Instance, name: str, follow: bool = False) -> None:
+        """Keep pod `name`'s log, timestamped as `merge` reads it; `follow`: until its container ends."""
         try:
-            raw = b"".join(self._worker_log(name).open(False, None))
+            if follow:
+                answer = self.core.read_namespaced_pod_log(
+                    name, self.ns, container=m.MAIN, follow=True, timestamps=True, _preload_content=False
+                )
+                raw = b"".join(answer.stream())
+            else:
+                raw = b"".join(self._worker_log(name).open(False, None))
         except ApiException:
             return  # no kubelet answered (or the pod is gone): keep what was captured before
         except Exception as e:
             log.debug("cannot read the log of pod %s: %s", name, e)
             return
-        if raw or name not in inst.logs:
-            inst.logs[name] = raw
+        with self._lock:
+            # A later read never replaces a longer one (a follower may end after the pod's last read).
+            if len(raw) >= len(inst.logs.get(name, b"")):
+                inst.logs[name] = raw
 
     def _keep_log(self, inst: _Instance, names: list[str]) -> None:
         if names and not any(inst.logs.get(n) for n in names):
