@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Build (once, cached outside the repo) a real kube-apiserver from Debian's kubernetes source package.
+# Build (once, cached outside the repo) a real Kubernetes control plane and node from Debian's kubernetes
+# source package: kube-apiserver, kube-scheduler, kube-controller-manager and kubelet (whose built-in
+# dockershim runs pods on the Docker tier's private dockerd), all in one parallel `make`.
 #
-#   .ci/kube-apiserver.sh          build if missing, print the binary's path
-#   .ci/kube-apiserver.sh --path   print the path the binary has or will have
+#   .ci/kubernetes.sh          build what is missing, print the binaries' directory
+#   .ci/kubernetes.sh --path   print the directory the binaries have or will have
 #
-# The test fixture (tests/support/kube_apiserver.py) starts it with etcd per test session; it finds
-# the binary through HAI_KUBE_APISERVER or this cache path. Idempotent: a second run is instant.
+# The test fixtures (tests/support/kube_apiserver.py, tests/support/kube_node.py) find them through
+# HAI_KUBE_BIN or this cache path. Idempotent: a second run is instant.
 set -euo pipefail
 
 CACHE="${HAI_CI_CACHE:-/var/cache/hai-ci}/kube"
-BIN="$CACHE/bin/kube-apiserver"
+BINDIR="$CACHE/bin"
+BINARIES=(kube-apiserver kube-scheduler kube-controller-manager kubelet)
 
 if [[ "${1:-}" == "--path" ]]; then
-    echo "$BIN"
+    echo "$BINDIR"
     exit 0
 fi
-log() { echo "kube-apiserver.sh: $*" >&2; }
+log() { echo "kubernetes.sh: $*" >&2; }
 export DEBIAN_FRONTEND=noninteractive
 
 ensure() {
@@ -30,10 +33,15 @@ ensure() {
     fi
 }
 
-# What the tests need to run the server: etcd beside it, openssl for its service-account key.
-ensure etcd-server openssl
-if [[ -x "$BIN" ]] && "$BIN" --version >/dev/null 2>&1; then
-    echo "$BIN"
+# What the tests need to run the cluster: etcd beside it, openssl for its service-account key and
+# serving certificates, gcc for the static pause binary of the pods' sandbox image.
+ensure etcd-server openssl gcc libc6-dev
+missing=()
+for name in "${BINARIES[@]}"; do
+    "$BINDIR/$name" --version >/dev/null 2>&1 || missing+=("$name")
+done
+if ((${#missing[@]} == 0)); then
+    echo "$BINDIR"
     exit 0
 fi
 
@@ -74,14 +82,18 @@ if [[ ! -e "$vendored/.hai-replaced" ]]; then
     touch "$vendored/.hai-replaced"
 fi
 
-log "building cmd/kube-apiserver (several minutes on a cold cache)"
+log "building ${missing[*]} (one make, several minutes on a cold cache)"
 start=$(date +%s)
 # The release build wants git metadata; a source package has none, so give it the version directly.
 # Debian versions it "1.20.5+really1.20.2-…": the part after "really" is the true upstream version.
 version=$(dpkg-parsechangelog -S Version | sed 's/^.*really//; s/-.*//; s/+.*//')
 export KUBE_GIT_VERSION="v${version}" KUBE_GIT_TREE_STATE=clean
 export GOFLAGS=-mod=vendor GO111MODULE=on
-nice -n 19 make WHAT=cmd/kube-apiserver >&2
-cp "$(find _output -type f -name kube-apiserver -perm -u+x | head -n1)" "$BIN"
-log "built $("$BIN" --version) in $(($(date +%s) - start)) s"
-echo "$BIN"
+what=$(printf 'cmd/%s ' "${missing[@]}")
+# `make` hands WHAT to one `go install`, which builds the shared packages once, on every CPU (go -p).
+nice -n 19 make WHAT="${what% }" >&2
+for name in "${missing[@]}"; do
+    cp "$(find _output -type f -name "$name" -perm -u+x | head -n1)" "$BINDIR/$name"
+done
+log "built ${missing[*]} ($("$BINDIR/kube-apiserver" --version)) in $(($(date +%s) - start)) s"
+echo "$BINDIR"

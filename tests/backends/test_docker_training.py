@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -12,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.docker_engine import REPO, DockerJobs, Engine, docker_engine, torch_image
+from tests.support.docker_engine import DockerJobs, Engine, docker_engine, torch_image
 from tests.support.horovod import DETERMINISTIC, run_reference
+from tests.support.training_code import copy_training_code
 
 # The first run on a machine builds the torch root filesystem (minutes) inside the first test's time.
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -26,11 +26,7 @@ TRAIN = f"python3 include/train.py --steps {STEPS} --ckpt-every 10 --step-sleep 
 @pytest.fixture
 def jobs(docker_engine: Engine, torch_image: str, tmp_path: Path) -> Iterator[DockerJobs]:
     j = DockerJobs(docker_engine, tmp_path, torch_image)
-    # The job's code as a user would have it on the NAS: the sample scripts and the training helpers.
-    shutil.copytree(REPO / "include", j.code / "include")
-    (j.code / "hai_airflow").mkdir()
-    shutil.copy(REPO / "hai_airflow" / "__init__.py", j.code / "hai_airflow")
-    shutil.copytree(REPO / "hai_airflow" / "training", j.code / "hai_airflow" / "training")
+    copy_training_code(j.code)
     try:
         yield j
     finally:

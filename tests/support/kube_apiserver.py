@@ -1,4 +1,4 @@
-"""A real kube-apiserver (built by .ci/kube-apiserver.sh) with etcd on loopback, one per test session."""
+"""A real kube-apiserver (built by .ci/kubernetes.sh) with etcd on loopback, one per test session."""
 
 from __future__ import annotations
 
@@ -61,13 +61,14 @@ class ApiServer:
         return path
 
 
-def binary() -> Path | None:
-    """The kube-apiserver to use: HAI_KUBE_APISERVER, then the CI cache, then PATH."""
-    named = os.environ.get("HAI_KUBE_APISERVER")
-    for candidate in (named, str(CACHE / "kube" / "bin" / "kube-apiserver"), shutil.which("kube-apiserver")):
-        if candidate and os.access(candidate, os.X_OK):
-            return Path(candidate)
-    return None
+def binary(name: str = "kube-apiserver") -> Path | None:
+    """A Kubernetes binary: from HAI_KUBE_BIN (a directory), then the CI cache, then PATH."""
+    named = os.environ.get("HAI_KUBE_BIN")
+    for directory in (named, str(CACHE / "kube" / "bin")):
+        if directory and os.access(Path(directory) / name, os.X_OK):
+            return Path(directory) / name
+    found = shutil.which(name)
+    return Path(found) if found else None
 
 
 def _free_port() -> int:
@@ -102,8 +103,14 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def start(exe: Path, work: Path) -> tuple[ApiServer, list[subprocess.Popen[bytes]]]:
-    """etcd and kube-apiserver under `work`; returns the server and the processes to stop."""
+def start(
+    exe: Path, work: Path, controllers: bool = False
+) -> tuple[ApiServer, list[subprocess.Popen[bytes]]]:
+    """etcd and kube-apiserver under `work`; returns the server and the processes to stop.
+
+    With `controllers` (a controller manager and a kubelet will run beside it) pods get service account
+    tokens, and the API server reaches kubelets by their InternalIP (for pod logs).
+    """
     etcd = shutil.which("etcd")
     if etcd is None:
         raise RuntimeError("etcd is not installed (apt-get install etcd-server)")
@@ -148,8 +155,12 @@ def start(exe: Path, work: Path) -> tuple[ApiServer, list[subprocess.Popen[bytes
                     f"--cert-dir={work / 'certs'}",
                     f"--token-auth-file={work / 'tokens.csv'}",
                     "--authorization-mode=RBAC",
-                    # No controller manager runs to make service account tokens.
-                    "--disable-admission-plugins=ServiceAccount",
+                    *(
+                        ["--kubelet-preferred-address-types=InternalIP,Hostname"]
+                        if controllers
+                        # No controller manager runs to make service account tokens.
+                        else ["--disable-admission-plugins=ServiceAccount"]
+                    ),
                     f"--service-account-key-file={sa_key}",
                     f"--service-account-signing-key-file={sa_key}",
                     "--service-account-issuer=https://kubernetes.default.svc",
@@ -190,7 +201,7 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServ
     pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
     exe = binary()
     if exe is None:
-        reason = "kube tier skipped: no kube-apiserver binary; build it with .ci/kube-apiserver.sh"
+        reason = "kube tier skipped: no kube-apiserver binary; build it with .ci/kubernetes.sh"
         print(f"\n{reason}", file=sys.stderr)
         pytest.skip(reason)
     try:

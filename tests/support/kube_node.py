@@ -1,0 +1,267 @@
+"""A real one-node Kubernetes cluster for the tests, one per session: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager and a kubelet whose built-in dockershim runs the pods on the Docker tier's private
+dockerd. All four binaries come from Debian's kubernetes source package (.ci/kubernetes.sh).
+
+What stands in for a GPU cluster's parts, and why:
+- GPUs: no device plugin runs (there are no GPUs); the node advertises `nvidia.com/gpu` as an extended
+  resource by a patch of its status, Kubernetes' documented way, and carries the GPU-type label. The
+  scheduler and the kubelet's admission count it like a device plugin's; no device is mounted.
+- Network: the private dockerd runs without a bridge (it must not touch the host's network), so pods use the
+  node's network (`hostNetwork`, the backend's `network = "host"`); there is no kube-proxy and no cluster DNS.
+- The sandbox ("pause") image is built here from the source package's pause.c and imported, so nothing is
+  pulled; so are the job images (busybox, python+torch).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import kube_apiserver as api
+from tests.support.docker_engine import Engine
+
+NODE = "hai-node-0"
+GPU_TYPE = "V100"
+GPUS = 8
+PAUSE_IMAGE = "hai-ci/pause:3.4.1"
+BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    api: api.ApiServer
+    node: str
+    node_ip: str
+    dir: Path
+
+    def admin(self) -> Any:
+        return self.api.api_client(api.ADMIN_TOKEN)
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        text = (self.dir / f"{name}.log").read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+
+def node_ip() -> str:
+    """This machine's address on its default route (the kubelet refuses a loopback node IP)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.254", 9))  # no packet is sent: connect only picks the route
+        address = str(s.getsockname()[0])
+    if address.startswith("127."):
+        raise RuntimeError("this machine has no address but loopback, which a kubelet cannot use")
+    return address
+
+
+def pause_image(engine: Engine, work: Path) -> str:
+    """The pods' sandbox image: the source package's pause.c, linked statically, imported as an image."""
+    if _has_image(engine, PAUSE_IMAGE):
+        return PAUSE_IMAGE
+    sources = sorted((api.CACHE / "kube" / "src").glob("kubernetes-*/build/pause/linux/pause.c"))
+    if not sources:
+        raise RuntimeError("no pause.c in the kubernetes source tree; run .ci/kubernetes.sh")
+    binary = work / "pause"
+    subprocess.run(
+        ["gcc", "-Os", "-static", '-DVERSION="3.4.1"', "-o", str(binary), str(sources[0])],
+        check=True,
+        capture_output=True,
+    )
+    tar = work / "pause.tar"
+    with tarfile.open(tar, "w") as t:
+        t.add(str(binary), "pause")
+    repo, _, tag = PAUSE_IMAGE.partition(":")
+    engine.client.api.import_image_from_file(  # type: ignore[attr-defined]
+        str(tar), repository=repo, tag=tag, changes=['ENTRYPOINT ["/pause"]']
+    )
+    return PAUSE_IMAGE
+
+
+def _has_image(engine: Engine, tag: str) -> bool:
+    import docker
+
+    try:
+        engine.client.images.get(tag)  # type: ignore[attr-defined]
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        argv,
+        stdout=log.open("wb"),  # the child keeps the file
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # a Ctrl-C aimed at pytest must not hit the cluster first
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(exes: dict[str, Path], engine: Engine, work: Path) -> tuple[Cluster, list[subprocess.Popen[bytes]]]:
+    ip = node_ip()
+    pause = pause_image(engine, work)
+    server, procs = api.start(exes["kube-apiserver"], work, controllers=True)
+    try:
+        kubeconfig = server.kubeconfig(api.ADMIN_TOKEN, work / "admin.kubeconfig")
+
+        def control(name: str) -> list[str]:
+            """A control-plane component talking to the API server as its admin, serving on loopback."""
+            return [
+                str(exes[name]),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={_free_port()}",
+                "--port=0",
+                f"--cert-dir={work / name}-certs",
+            ]
+
+        procs.append(_spawn(control("kube-scheduler"), work / "kube-scheduler.log"))
+        procs.append(
+            _spawn(
+                [
+                    *control("kube-controller-manager"),
+                    f"--service-account-private-key-file={work / 'sa.key'}",
+                    f"--root-ca-file={server.ca_file}",
+                    "--use-service-account-credentials=false",
+                    # One node that never goes away: no eviction of its pods while the tests pause it.
+                    "--pod-eviction-timeout=1h",
+                ],
+                work / "kube-controller-manager.log",
+            )
+        )
+        root = work / "kubelet"
+        root.mkdir()
+        procs.append(
+            _spawn(
+                [
+                    str(exes["kubelet"]),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--hostname-override={NODE}",
+                    f"--node-ip={ip}",
+                    f"--node-labels=hai.io/gpu-type={GPU_TYPE}",
+                    "--container-runtime=docker",
+                    f"--docker-endpoint={engine.url}",
+                    f"--pod-infra-container-image={pause}",
+                    f"--root-dir={root}",
+                    f"--cert-dir={work / 'kubelet-pki'}",
+                    f"--volume-plugin-dir={work / 'volume-plugins'}",
+                    f"--port={_free_port()}",
+                    "--read-only-port=0",
+                    "--healthz-port=0",
+                    # The API server fetches pod logs from here; only this machine can reach it.
+                    "--anonymous-auth=true",
+                    "--authorization-mode=AlwaysAllow",
+                    "--fail-swap-on=false",
+                    "--cgroup-driver=cgroupfs",
+                    "--cgroups-per-qos=false",
+                    "--enforce-node-allocatable=",
+                    "--make-iptables-util-chains=false",
+                    "--hairpin-mode=none",
+                    "--eviction-hard=memory.available<1Mi,nodefs.available<1%,imagefs.available<1%",
+                    "--image-gc-high-threshold=100",
+                    "--image-gc-low-threshold=99",
+                    "--serialize-image-pulls=false",
+                    "--node-status-update-frequency=2s",
+                    "--v=2",
+                ],
+                work / "kubelet.log",
+            )
+        )
+        cluster = Cluster(server, NODE, ip, work)
+        _wait_ready(cluster, procs)
+        advertise_gpus(cluster)
+    except BaseException:
+        api.stop(procs)
+        raise
+    return cluster, procs
+
+
+def _wait_ready(cluster: Cluster, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    core = client.CoreV1Api(cluster.admin())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc, name in zip(procs[2:], BINARIES[1:], strict=True):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{cluster.log_tail(name)}")
+        try:
+            node = core.read_node(cluster.node)
+            ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
+            if ready and ready[0].status == "True":
+                return
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        time.sleep(0.5)
+    raise RuntimeError(f"node {cluster.node} not Ready after {timeout:.0f} s:\n{cluster.log_tail('kubelet')}")
+
+
+def advertise_gpus(cluster: Cluster, gpus: int = GPUS) -> None:
+    """What a device plugin would do: `nvidia.com/gpu` in the node's capacity (the kubelet adds it to
+    allocatable), done here by patching the node's status."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(cluster.admin())
+    core.patch_node_status(cluster.node, {"status": {"capacity": {"nvidia.com/gpu": str(gpus)}}})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        allocatable = core.read_node(cluster.node).status.allocatable or {}
+        if allocatable.get("nvidia.com/gpu") == str(gpus):
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the kubelet did not make the patched nvidia.com/gpu allocatable within 30 s")
+
+
+@pytest.fixture(scope="session")
+def kube_node(docker_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The real one-node cluster; the tier is skipped, saying why, when it cannot run here."""
+    pytest.importorskip("kubernetes", reason="the kubernetes client is not installed")
+    exes = {name: api.binary(name) for name in BINARIES}
+    missing = [name for name, exe in exes.items() if exe is None]
+    if missing:
+        reason = f"kube node tier skipped: no {', '.join(missing)}; build them with .ci/kubernetes.sh"
+        print(f"\n{reason}", file=sys.stderr)
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("kube-node")
+    try:
+        cluster, procs = start({k: v for k, v in exes.items() if v is not None}, docker_engine, work)
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+        reason = f"kube node tier skipped: the cluster did not start: {e}"
+        print(f"\n{reason}", file=sys.stderr)
+        pytest.skip(reason)
+    try:
+        yield cluster
+    finally:
+        api.stop(procs)
+        # The kubelet is gone: remove what it left running on the engine.
+        for container in docker_engine.client.containers.list(  # type: ignore[attr-defined]
+            all=True, filters={"label": "io.kubernetes.docker.type"}
+        ):
+            container.remove(force=True)
+        unmount_below(work)
+
+
+def unmount_below(directory: Path) -> None:
+    """Unmount what the kubelet mounted under its root (volumes, and the root itself), deepest first."""
+    prefix = f"{directory.resolve()}/"
+    with open("/proc/mounts") as mounts:
+        points = [line.split()[1] for line in mounts if line.split()[1].startswith(prefix)]
+    for point in sorted(points, reverse=True):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
