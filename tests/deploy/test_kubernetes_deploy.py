@@ -28,9 +28,10 @@ from hai_airflow.server.config import ServerConfig, parse_config
 from tests.support.docker_engine import Engine, docker_engine
 from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, kube_apiserver
 from tests.support.kube_apply import apply, load_manifests
+from tests.support.kube_node import Cluster, kube_node
 from tests.support.python_base_image import python_base_image
 
-__all__ = ["docker_engine", "kube_apiserver"]  # the session fixtures used below
+__all__ = ["docker_engine", "kube_apiserver", "kube_node"]  # the session fixtures used below
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "kubernetes"
@@ -682,3 +683,98 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# ---- the Deployment on a real node ------------------------------------------------------------------
+
+
+def on_the_test_node(docs: Docs, image: str, port: int, api_port: str) -> Docs:
+    """The manifests as an admin of the tier's one-node cluster adapts them: the image built here (never
+    pulled), and — as the tier's node has no pod network and no kube-proxy — the node's network, a free
+    port on it, and the API server's own address for the in-cluster config."""
+    out = json.loads(json.dumps(docs))
+    (deployment,) = [d for d in out if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    pod["hostNetwork"] = True
+    (container,) = pod["containers"]
+    container["image"], container["imagePullPolicy"] = image, "Never"
+    container["args"][container["args"].index("--port") + 1] = str(port)
+    container["ports"][0]["containerPort"] = port
+    container["env"] += [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": api_port},
+    ]
+    return out
+
+
+@slow_docker
+def test_the_deployment_becomes_ready_on_a_real_node(
+    kube_node: Cluster, product_image: str, docs: Docs, tmp_path: Path
+) -> None:
+    """kubectl apply, the Secrets, a NAS: the kubelet runs the built image as the Deployment says (service
+    account token, non-root, read-only root), the probes pass, and the server sees the cluster's node."""
+    from kubernetes import client as k8s
+
+    from hai_airflow.client import HaiClient
+
+    cluster = kube_node
+    admin_client = cluster.admin()
+    core, apps = k8s.CoreV1Api(admin_client), k8s.AppsV1Api(admin_client)
+    port = free_port()
+    api_port = cluster.api.url.rsplit(":", 1)[1]
+    token = uuid.uuid4().hex
+    nas = tmp_path / "nas"
+    nas.mkdir()
+    os.chown(nas, 10001, 10001)
+    manifests = on_the_test_node(docs, product_image, port, api_port)
+    apply(admin_client, manifests[:1])  # the namespace, then what the README has the user create
+    for name, key, value in (
+        ("hai-admin", "token", token),
+        ("hai-database", "url", "sqlite:////nas/hai/hai.db"),
+    ):
+        core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": name}, "stringData": {key: value}})
+    # The NAS: a hostPath volume for the claim (SQLite is fine on a local disk, not on a real NAS).
+    core.create_persistent_volume({
+        "metadata": {"name": "hai-deploy-nas"},
+        "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "hostPath": {"path": str(nas)}, "claimRef": {"namespace": NAMESPACE, "name": "hai-nas"}},
+    })  # fmt: skip
+    try:
+        apply(admin_client, manifests)
+
+        def available() -> bool:
+            status = apps.read_namespaced_deployment("hai-server", NAMESPACE).status
+            return bool(status.available_replicas == 1)
+
+        def explain() -> str:
+            pods = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=hai-server")
+            out = []
+            for p in pods.items:
+                out.append(f"{p.metadata.name}: {p.status.phase} {p.status.container_statuses}")
+                try:
+                    out.append(core.read_namespaced_pod_log(p.metadata.name, NAMESPACE, tail_lines=30))
+                except Exception as e:
+                    out.append(f"(no log: {e})")
+            return "\n".join(out) + "\n" + cluster.log_tail("kubelet", 20)
+
+        deadline = time.monotonic() + 120
+        while not available():
+            assert time.monotonic() < deadline, f"hai-server not available in 120 s:\n{explain()}"
+            time.sleep(1)
+        (pod,) = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=hai-server").items
+        assert pod.spec.service_account_name == SERVICE_ACCOUNT and pod.status.container_statuses[0].ready
+        hai = HaiClient(f"http://127.0.0.1:{port}", token)
+        assert hai.health()["controller_active"] is True
+        nodes = {n.name: n for n in hai.nodes()}
+        assert nodes[cluster.node].gpus > 0 and nodes[cluster.node].virtual is False, nodes
+        # The server's home is on the NAS, private to the image's user.
+        assert (nas / "hai").stat().st_uid == 10001 and (nas / "hai" / "token.key").exists()
+    finally:
+        apps.delete_namespaced_deployment("hai-server", NAMESPACE, propagation_policy="Foreground")
+        deadline = time.monotonic() + 60
+        while core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=hai-server").items:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        core.delete_namespaced_persistent_volume_claim("hai-nas", NAMESPACE)
+        core.delete_persistent_volume("hai-deploy-nas")
