@@ -70,7 +70,10 @@ class HaiGroup(TyperGroup):
             words = sys.argv[1:] if args is None else args
             typer.echo(usage_line(error, command_named(self, words)), err=True)
             sys.exit(error.exit_code)
-        except typer.Abort:
+        except typer.Abort as error:
+            if isinstance(error.__cause__, KeyboardInterrupt):
+                # Ctrl-C, wherever it landed (click turns it into Abort): the shell's 128 + SIGINT.
+                sys.exit(130)
             typer.echo(error_line("aborted"), err=True)
             sys.exit(1)
         except Exception as error:
