@@ -25,7 +25,7 @@ from hai_airflow.client import HaiClient
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobView, StandaloneJobSpec
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE
 from tests.support.docker_engine import REPO, busybox_image, docker_engine, torch_image
-from tests.support.kube_apiserver import SERVER_TOKEN, SERVER_USER
+from tests.support.kube_apiserver import SERVER_TOKEN, grant_server_rbac
 from tests.support.kube_node import GPU_TYPE, Cluster, kube_node
 from tests.support.live_server import LiveServer
 from tests.support.training_code import copy_training_code
@@ -144,17 +144,7 @@ def open_site(cluster: Cluster, tmp: Path, pin: str = "affinity") -> Site:
     admin = cluster.admin()
     core = client.CoreV1Api(admin)
     core.create_namespace({"metadata": {"name": namespace}})
-    rbac = client.RbacAuthorizationV1Api(admin)
-    subject = {"kind": "User", "name": SERVER_USER, "apiGroup": "rbac.authorization.k8s.io"}
-    for doc in m.rbac(namespace, subject):
-        if doc["kind"] == "Role":
-            rbac.create_namespaced_role(namespace, doc)
-        elif doc["kind"] == "RoleBinding":
-            rbac.create_namespaced_role_binding(namespace, doc)
-        elif doc["kind"] == "ClusterRole":
-            _keep(lambda d=doc: rbac.create_cluster_role(d))
-        else:
-            _keep(lambda d=doc: rbac.create_cluster_role_binding(d))
+    grant_server_rbac(admin, namespace)
     # The NAS: a directory of this machine as a hostPath PersistentVolume, bound by the controller manager.
     nas = tmp / "nas"
     (nas / "code").mkdir(parents=True)
@@ -204,16 +194,6 @@ def close_site(site: Site) -> None:
     # Deletes are not read back (a Status the typed client of some versions cannot read).
     _ = client.CoreV1Api(site.cluster.admin()).delete_namespace(site.namespace, _preload_content=False).data
     _ = core.delete_persistent_volume(f"{site.namespace}-nas", _preload_content=False).data
-
-
-def _keep(create: Any) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        create()
-    except ApiException as e:
-        if e.status != 409:
-            raise
 
 
 def _wait(predicate: Any, what: str, timeout: float = 60) -> Any:

@@ -223,8 +223,6 @@ class KubeTest:
     def __init__(self, server: ApiServer, tmp: Path, namespace: str) -> None:
         from kubernetes import client
 
-        from hai_airflow.backends import k8s_manifests
-
         self.server = server
         self.tmp = tmp
         self.ns = namespace
@@ -232,18 +230,7 @@ class KubeTest:
         self.core = client.CoreV1Api(self.admin_client)
         self.custom = client.CustomObjectsApi(self.admin_client)
         self.core.create_namespace({"metadata": {"name": namespace}})
-        subject = {"kind": "User", "name": SERVER_USER, "apiGroup": "rbac.authorization.k8s.io"}
-        rbac_api = client.RbacAuthorizationV1Api(self.admin_client)
-        for doc in k8s_manifests.rbac(namespace, subject):
-            kind = doc["kind"]
-            if kind == "Role":
-                rbac_api.create_namespaced_role(namespace, doc)
-            elif kind == "RoleBinding":
-                rbac_api.create_namespaced_role_binding(namespace, doc)
-            elif kind == "ClusterRole":
-                _create_or_keep(lambda d=doc: rbac_api.create_cluster_role(d))
-            else:
-                _create_or_keep(lambda d=doc: rbac_api.create_cluster_role_binding(d))
+        grant_server_rbac(self.admin_client, namespace)
         self.kubeconfig = server.kubeconfig(SERVER_TOKEN, tmp / "kubeconfig")
         self.backends: list[Any] = []
         self._next_id = 100
@@ -351,6 +338,26 @@ class KubeTest:
             backend.close()
         for pod in self.pods():
             self.force_delete(pod.metadata.name)
+
+
+def grant_server_rbac(admin_client: Any, namespace: str) -> None:
+    """The backend's RBAC (`k8s_manifests.rbac`) in `namespace` for the `hai-server` user."""
+    from kubernetes import client
+
+    from hai_airflow.backends import k8s_manifests
+
+    subject = {"kind": "User", "name": SERVER_USER, "apiGroup": "rbac.authorization.k8s.io"}
+    rbac_api = client.RbacAuthorizationV1Api(admin_client)
+    for doc in k8s_manifests.rbac(namespace, subject):
+        kind = doc["kind"]
+        if kind == "Role":
+            rbac_api.create_namespaced_role(namespace, doc)
+        elif kind == "RoleBinding":
+            rbac_api.create_namespaced_role_binding(namespace, doc)
+        elif kind == "ClusterRole":
+            _create_or_keep(lambda d=doc: rbac_api.create_cluster_role(d))
+        else:
+            _create_or_keep(lambda d=doc: rbac_api.create_cluster_role_binding(d))
 
 
 def _now() -> str:
