@@ -62,13 +62,19 @@ class Cycle:
     shortfalls: dict[Shape, tuple[int, str]] = field(default_factory=dict)
     last_hold: dict[tuple[Shape, bool], tuple[int, str, int | None]] = field(default_factory=dict)
     """(shape, high) -> (capacity version, reason, blocked_by) of the last plain hold."""
+    rejections: dict[Shape, str | None] = field(default_factory=dict)
+    """Shape -> why it cannot fit even on the empty cluster, else None (a question about the nodes alone)."""
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job]) -> Cycle:
         """Free capacity = nodes minus what holding jobs use minus GPUs reserved for `waiting` jobs."""
         holding = [j for j in snapshot.jobs if j.state in HOLDING]
-        layout = Layout.of(snapshot.nodes)
-        usage = Usage.of(layout, holding)
+        usage = snapshot.usage
+        if usage is None:
+            usage = Usage.fresh(Layout.build(snapshot.nodes), holding)
+        elif usage.version != snapshot.usage_version:
+            raise ValueError("the cluster state changed after this snapshot was taken; take a new one")
+        layout = usage.layout
         cap = FreeCapacity.build(usage)
         waiting_ids = {j.id for j in waiting}
         known = layout.ordinal
@@ -158,7 +164,7 @@ class Cycle:
         return reason, None, True
 
     def never_fits(self, shape: Shape) -> str | None:
-        known = self.layout.never_fits
+        known = self.rejections
         if shape not in known:
             known[shape] = never_fits(self.layout.kinds, shape)
         return known[shape]
@@ -260,13 +266,14 @@ class Cycle:
 def gpu_holders(
     cap: FreeCapacity, holding: list[Job], reservations: list[Reservation]
 ) -> dict[tuple[str, int], Job]:
-    """Who holds each reserved GPU: the first holding job placed on it (bad GPU indices skipped)."""
+    """Who holds each reserved GPU: the holding job with the lowest id placed on it (bad GPU indices
+    skipped), whatever order the snapshot lists the jobs in."""
     nodes = cap.layout.nodes
     ordinal = cap.layout.ordinal
     wanted = {(r.node, g) for r in reservations for g in r.gpus if 0 <= g < nodes[ordinal[r.node]].gpus}
     named = {n for n, _ in wanted}
     holder_of: dict[tuple[str, int], Job] = {}
-    for job in holding:
+    for job in sorted(holding, key=lambda j: j.id):
         for w in job.placement:
             if w.node in named:
                 for g in w.gpus:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hai_airflow.spec import PriorityClass, priority_class
+
+if TYPE_CHECKING:
+    from hai_airflow.scheduling.usage import Usage
 
 RunState = Literal["PENDING", "SUSPENDED", "STARTING", "RUNNING", "SUSPENDING"]
 WAITING: frozenset[str] = frozenset({"PENDING", "SUSPENDED"})
@@ -98,6 +101,11 @@ class Snapshot:
     reservations: tuple[Reservation, ...] = ()
     policy: str = "seed"
     """Name of the ordering/victim strategy (see `policies.POLICIES`)."""
+    usage: Usage | None = field(default=None, compare=False)
+    """What the holding jobs use, as kept by the cluster state (`ClusterState.snapshot`); None makes
+    the cycle count it from `jobs`. Read, never written, by the cycle."""
+    usage_version: int = field(default=0, compare=False)
+    """`usage.version` when the snapshot was taken: a usage that moved on since is refused."""
 
 
 # ---- decisions --------------------------------------------------------------------------------

@@ -1,21 +1,18 @@
 """What the holding jobs use: free resources per node and high-priority GPUs per user and group.
 
-Between two cycles only a few jobs start, end or are suspended, so the answer for the previous
-cycle's holding jobs is kept (per thread) and brought up to date by difference. Jobs are immutable
-and are recognised by identity; the kept ones stay referenced, so an identity is never reused.
-The result is what a fresh count over all holding jobs gives: `plan()` stays a function of its
-snapshot (a property test compares both ways).
+Built once from the holding jobs (`fresh`), then kept up to date job by job (`replace`) by the
+cluster state between cycles; a planning cycle only reads it. Either way the counts are what a fresh
+count over all holding jobs gives (a property test compares both ways).
 """
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_left, insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import Job
+from hai_airflow.scheduling.model import HOLDING, Job
 from hai_airflow.scheduling.quota import count_high
 
 NodeFreeBase = tuple[tuple[int, ...], float, float]
@@ -23,8 +20,6 @@ NodeFreeBase = tuple[tuple[int, ...], float, float]
 
 Share = tuple[tuple[int, ...], float, float]
 """GPU indices, CPUs and memory that one job's workers use on one node."""
-
-_last = threading.local()
 
 
 @dataclass(slots=True)
@@ -36,9 +31,9 @@ class Usage:
 
     layout: Layout
     jobs: dict[int, Job] = field(default_factory=dict)
-    """id(job) -> holding job counted here."""
+    """Job id -> holding job counted here."""
     shares: dict[int, dict[int, Share]] = field(default_factory=dict)
-    """Node ordinal -> id(job) -> that job's share of the node."""
+    """Node ordinal -> job id -> that job's share of the node."""
     free: dict[int, NodeFreeBase] = field(default_factory=dict)
     """Node ordinal -> free resources, for the nodes with something in use (the others are all free)."""
     buckets: dict[str, list[list[int]]] = field(default_factory=dict)
@@ -46,35 +41,18 @@ class Usage:
     user_high: dict[str, int] = field(default_factory=dict)
     group_high: dict[str, int] = field(default_factory=dict)
     """GPUs of the holding high-priority jobs, per user and per group."""
+    version: int = 0
+    """Bumped by every change, so a snapshot can tell that the usage it was taken with has moved on."""
 
     @classmethod
-    def of(cls, layout: Layout, holding: list[Job]) -> Usage:
-        """The use by `holding`, updated from this thread's previous answer when that is cheaper."""
-        current = {id(j): j for j in holding}
-        last: Usage | None = getattr(_last, "usage", None)
-        # Forgotten until the update is through, so a failure midway never leaves a wrong count.
-        _last.usage = None
-        if last is None or last.layout is not layout:
-            usage = cls.fresh(layout, current)
-        else:
-            gone = last.jobs.keys() - current.keys()
-            new = current.keys() - last.jobs.keys()
-            if len(gone) + len(new) > max(64, len(current) // 2):
-                usage = cls.fresh(layout, current)
-            else:
-                usage = last
-                usage.update([last.jobs[i] for i in gone], [current[i] for i in new])
-        _last.usage = usage
-        return usage
-
-    @classmethod
-    def fresh(cls, layout: Layout, current: dict[int, Job]) -> Usage:
+    def fresh(cls, layout: Layout, holding: Iterable[Job]) -> Usage:
         """Count every holding job, then list every node in its bucket."""
-        usage = cls(layout, dict(current))
-        for key, job in current.items():
+        usage = cls(layout)
+        for job in holding:
+            usage.jobs[job.id] = job
             count_high(usage.user_high, usage.group_high, job)
             for i, share in usage._shares_of(job).items():
-                usage.shares.setdefault(i, {})[key] = share
+                usage.shares.setdefault(i, {})[job.id] = share
         usage.buckets = {t: [[] for _ in lists] for t, lists in layout.empty.items()}
         for i, node in enumerate(layout.nodes):
             base = usage._recount(i) if i in usage.shares else None
@@ -82,22 +60,33 @@ class Usage:
             usage.buckets[node.gpu_type][count].append(i)
         return usage
 
+    def replace(self, old: Job | None, new: Job | None) -> None:
+        """A job's record changed from `old` to `new` (None: not known / gone); count the difference."""
+        was = old is not None and old.state in HOLDING
+        now = new is not None and new.state in HOLDING
+        if was and now and same_use(old, new):  # type: ignore[arg-type]
+            self.jobs[new.id] = new  # type: ignore[union-attr]
+            return
+        self.update([old] if was else [], [new] if now else [])  # type: ignore[list-item]
+
     def update(self, gone: Iterable[Job], new: Iterable[Job]) -> None:
+        """Take away what `gone` jobs used and add what `new` ones use."""
         touched: set[int] = set()
         for job in gone:
-            del self.jobs[id(job)]
+            del self.jobs[job.id]
             count_high(self.user_high, self.group_high, job, -1)
             for i in self._nodes_of(job):
-                del self.shares[i][id(job)]
+                del self.shares[i][job.id]
                 touched.add(i)
         for job in new:
-            self.jobs[id(job)] = job
+            self.jobs[job.id] = job
             count_high(self.user_high, self.group_high, job)
             for i, share in self._shares_of(job).items():
-                self.shares.setdefault(i, {})[id(job)] = share
+                self.shares.setdefault(i, {})[job.id] = share
                 touched.add(i)
         for i in touched:
             self._refresh(i)
+        self.version += 1
 
     def _nodes_of(self, job: Job) -> set[int]:
         ordinal = self.layout.ordinal
@@ -151,3 +140,9 @@ class Usage:
             old = buckets[before]
             del old[bisect_left(old, i)]
             insort(buckets[after], i)
+
+
+def same_use(a: Job, b: Job) -> bool:
+    """Two records of a holding job that count the same (e.g. only a checkpoint time moved)."""
+    return (a.placement == b.placement and a.max_schedule == b.max_schedule and a.user == b.user
+            and a.group == b.group and a.total_gpus == b.total_gpus)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hai_airflow.scheduling import high_priority_allowed, plan
 from hai_airflow.scheduling.model import (
     Admit,
+    Decision,
     Job,
     Node,
     Placement,
@@ -18,9 +19,9 @@ from hai_airflow.scheduling.model import (
     Reservation,
     Reserve,
     RunState,
-    Snapshot,
     Suspend,
 )
+from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.sim.trace import Trace, TraceJob
 
 DEFAULT_CHECKPOINT_INTERVAL = 1800.0
@@ -96,6 +97,7 @@ class Simulator:
     :param suspend_delay: seconds a suspended job keeps its GPUs (SUSPENDING) before they are free.
     :param cycle_interval: seconds between planner cycles; 0 = at every event time.
     :param progress: called after each event time with the simulated time and the jobs finished so far.
+    :param observe: called with each cycle's time and decisions (before they are applied).
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class Simulator:
         suspend_delay: float = 0.0,
         cycle_interval: float = 0.0,
         progress: Callable[[float, int], None] | None = None,
+        observe: Callable[[float, Sequence[Decision]], None] | None = None,
     ):
         if min(checkpoint_interval, suspend_delay, cycle_interval) < 0:
             raise ValueError("checkpoint_interval, suspend_delay and cycle_interval must be >= 0")
@@ -115,16 +118,16 @@ class Simulator:
         self.suspend_delay = suspend_delay
         self.cycle_interval = cycle_interval
         self.progress = progress
+        self.observe = observe
         self._finished = 0
         self._next_tick: float | None = None
         self._nodes = {n.name: n for n in trace.nodes}
         self._free: dict[str, set[int]] = {n.name: set(range(n.gpus)) for n in trace.nodes}
         self._live: dict[int, _Live] = {}
-        self._views: dict[int, Job] = {}
+        self._state = ClusterState(trace.nodes, trace.quota, policy)
+        """The planner's view of every unfinished job, kept by the events below."""
         self._waiting: set[int] = set()
         self._high: set[int] = set()
-        self._reserved: dict[int, tuple[Reservation, ...]] = {}
-        self._reservations: tuple[Reservation, ...] = ()
         self._events: list[tuple[float, int, int, int, int]] = []
         self._checkpoints: list[tuple[float, int, int, int]] = []
         """(due time, job id, generation, checkpoint number within the run)."""
@@ -190,16 +193,11 @@ class Simulator:
     def _cycle(self, now: float) -> None:
         """1. bring checkpoints up to `now`; 2. snapshot; 3. plan (timed); 4. apply the decisions."""
         self._refresh_checkpoints(now)
-        snapshot = Snapshot(
-            nodes=self.trace.nodes,
-            jobs=tuple(self._views.values()),
-            quota=self.trace.quota,
-            reservations=self._reservations,
-            policy=self.policy,
-        )
         began = time.perf_counter()
-        decisions = plan(snapshot, now)
+        decisions = plan(self._state.snapshot(), now)
         self._cycles.append(time.perf_counter() - began)
+        if self.observe is not None:
+            self.observe(now, decisions)
         for decision in decisions:
             if isinstance(decision, Admit):
                 self._admit(decision, now)
@@ -260,7 +258,7 @@ class Simulator:
         live.run_started_at = now
         live.placement = decision.placement
         self._waiting.discard(decision.job_id)
-        self._drop_reservation(decision.job_id)
+        self._state.reservation_cleared(decision.job_id)
         remaining = live.out.job.duration - live.work_kept
         self._push(now + remaining, _FINISH, decision.job_id, live.generation)
         if self.checkpoint_interval > 0:
@@ -285,10 +283,9 @@ class Simulator:
 
     def _reserve(self, decision: Reserve) -> None:
         self._known(decision.job_id, decision)
-        self._reserved[decision.job_id] = tuple(
-            Reservation(decision.job_id, w.node, w.gpus) for w in decision.placement
+        self._state.reserved(
+            decision.job_id, (Reservation(decision.job_id, w.node, w.gpus) for w in decision.placement)
         )
-        self._reservations = tuple(r for rs in self._reserved.values() for r in rs)
 
     def _reject(self, decision: Reject) -> None:
         live = self._known(decision.job_id, decision)
@@ -349,22 +346,17 @@ class Simulator:
         live.out.gpu_seconds += (now - live.run_started_at) * live.out.job.total_gpus
         live.placement = ()
 
-    def _drop_reservation(self, job_id: int) -> None:
-        if self._reserved.pop(job_id, None) is not None:
-            self._reservations = tuple(r for rs in self._reserved.values() for r in rs)
-
     def _forget(self, job_id: int) -> None:
         del self._live[job_id]
-        del self._views[job_id]
+        self._state.job_ended(job_id)
         self._waiting.discard(job_id)
         self._high.discard(job_id)
-        self._drop_reservation(job_id)
 
     def _show(self, live: _Live) -> None:
-        """Rebuild the planner's (immutable) view of a job after its state changed."""
+        """Give the cluster state the job's new (immutable) record after its state changed."""
         job = live.out.job
         holding = live.state in ("RUNNING", "SUSPENDING")
-        self._views[job.id] = Job(
+        self._state.job_changed(Job(
             id=job.id,
             user=job.user,
             group=job.group,
@@ -383,11 +375,11 @@ class Simulator:
             preemptions=live.out.suspensions,
             last_checkpoint_at=live.last_checkpoint_at,
             elastic=job.elastic,
-        )
+        ))
 
     def _quota_allows(self, job: TraceJob) -> bool:
         """The platform's submit-time check; only unfinished high-priority jobs count as usage."""
-        high_views = (self._views[i] for i in self._high)
+        high_views = (self._state.jobs[i] for i in self._high)
         verdict = high_priority_allowed(job.user, job.group, job.total_gpus, high_views, self.trace.quota)
         return verdict.allowed
 

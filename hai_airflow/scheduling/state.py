@@ -1,0 +1,102 @@
+"""The cluster as the scheduler keeps it between cycles, changed by events, never re-read whole.
+
+Nodes, unfinished jobs, reservations and quota, plus what the holding jobs use (`Usage`), which
+each event brings up to date by difference. The server's controller applies the store's changes to
+it; the simulator applies its virtual clock's events to it; both hand `snapshot()` to `plan()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from hai_airflow.scheduling.layout import Layout
+from hai_airflow.scheduling.model import HOLDING, Job, Node, Quota, Reservation, Snapshot
+from hai_airflow.scheduling.usage import Usage
+
+
+class ClusterState:
+    """One in-memory model of the cluster; `snapshot()` is what a planning cycle sees.
+
+    Events: `job_changed` (submitted, admitted, started, suspended, resumed, checkpointed: the job's
+    new record), `job_ended` (finished, cancelled, rejected), `reserved` / `reservation_cleared`,
+    `quota_changed`, `nodes_changed`.
+    """
+
+    def __init__(self, nodes: Sequence[Node] = (), quota: Quota | None = None, policy: str = "seed"):
+        self.policy = policy
+        self.quota = quota if quota is not None else Quota()
+        self.jobs: dict[int, Job] = {}
+        self.reservations: dict[int, tuple[Reservation, ...]] = {}
+        self._reservations: tuple[Reservation, ...] | None = ()
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        self.usage = Usage.fresh(Layout.build(self.nodes), ())
+
+    @classmethod
+    def load(
+        cls,
+        nodes: Sequence[Node],
+        jobs: Iterable[Job],
+        reservations: Iterable[Reservation] = (),
+        quota: Quota | None = None,
+        policy: str = "seed",
+    ) -> ClusterState:
+        """The state of a fresh read (at start, on taking the lease, or to check the kept one)."""
+        state = cls(nodes, quota, policy)
+        for job in jobs:
+            state.jobs[job.id] = job
+        state.usage = Usage.fresh(state.usage.layout, (j for j in state.jobs.values() if j.state in HOLDING))
+        per_job: dict[int, list[Reservation]] = {}
+        for r in reservations:
+            per_job.setdefault(r.job_id, []).append(r)
+        for job_id, rs in per_job.items():
+            state.reserved(job_id, rs)
+        return state
+
+    # ---- events -----------------------------------------------------------------------------------
+
+    def job_changed(self, job: Job) -> None:
+        """A job was submitted or its record changed (state, placement, checkpoint, priority)."""
+        old = self.jobs.get(job.id)
+        self.jobs[job.id] = job
+        self.usage.replace(old, job)
+
+    def job_ended(self, job_id: int) -> None:
+        """A job finished, failed, was cancelled or rejected: it leaves the cluster and its reservation."""
+        old = self.jobs.pop(job_id, None)
+        if old is not None:
+            self.usage.replace(old, None)
+        self.reservation_cleared(job_id)
+
+    def reserved(self, job_id: int, reservations: Iterable[Reservation]) -> None:
+        """GPUs are held for a waiting preemptor (replacing what was held for it before)."""
+        self.reservations[job_id] = tuple(reservations)
+        self._reservations = None
+
+    def reservation_cleared(self, job_id: int) -> None:
+        if self.reservations.pop(job_id, None) is not None:
+            self._reservations = None
+
+    def quota_changed(self, quota: Quota) -> None:
+        self.quota = quota
+
+    def nodes_changed(self, nodes: Sequence[Node]) -> None:
+        """Nodes were added, removed or resized: the usage is counted afresh over the new layout."""
+        self.nodes = tuple(nodes)
+        holding = [j for j in self.jobs.values() if j.state in HOLDING]
+        self.usage = Usage.fresh(Layout.build(self.nodes), holding)
+
+    # ---- reading ----------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """What `plan()` sees now; valid until the next event (plan refuses it after that)."""
+        if self._reservations is None:
+            self._reservations = tuple(r for rs in self.reservations.values() for r in rs)
+        return Snapshot(
+            nodes=self.nodes,
+            jobs=tuple(self.jobs.values()),
+            quota=self.quota,
+            reservations=self._reservations,
+            policy=self.policy,
+            usage=self.usage,
+            usage_version=self.usage.version,
+        )
