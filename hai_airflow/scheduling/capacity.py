@@ -80,7 +80,9 @@ class FreeCapacity:
     buckets: dict[str, list[list[int]]]
     made: dict[int, NodeFree] = field(default_factory=dict)
     version: int = 0
-    """Bumped on every change, so derived figures (reasons) can be cached until it moves."""
+    """Bumped on every change, so a figure derived from the capacity can be reused until it moves."""
+    open_trial: Trial | None = None
+    """The innermost trial in progress; every change is recorded in it."""
 
     @classmethod
     def build(cls, usage: Usage) -> FreeCapacity:
@@ -114,9 +116,10 @@ class FreeCapacity:
         """The working copy of a node known to be in the snapshot (KeyError otherwise)."""
         return self.node(self.layout.ordinal[name])
 
-    def all_nodes(self) -> Iterator[NodeFree]:
-        for i in range(len(self.layout.nodes)):
-            yield self.node(i)
+    def trial(self) -> Trial:
+        """Start a trial: changes from now on are undone unless it is committed (see `Trial`)."""
+        self.open_trial = Trial(self, self.open_trial)
+        return self.open_trial
 
     def _unlist(self, f: NodeFree) -> None:
         if not f.blocked:
@@ -127,44 +130,53 @@ class FreeCapacity:
         if not f.blocked:
             insort(self.buckets[f.node.gpu_type][len(f.gpus)], f.ordinal)
 
+    def _changing(self, f: NodeFree) -> None:
+        """Before a change: let the open trial save the node, and take it out of its bucket."""
+        if self.open_trial is not None:
+            self.open_trial.save(f)
+        self._unlist(f)
+
+    def _changed(self, f: NodeFree) -> None:
+        self._list(f)
+        self.version += 1
+
     def take(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
         """Use these GPUs (which must be free) and this much CPU and memory on the node."""
-        self._unlist(f)
+        self._changing(f)
         for g in gpus:
             f.gpus.remove(g)
         f.cpus -= cpus
         f.memory_gb -= memory_gb
-        self._list(f)
-        self.version += 1
+        self._changed(f)
 
     def give(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
-        """Return GPUs, CPU and memory to the node (undo of `take`)."""
-        self._unlist(f)
+        """Return GPUs, CPU and memory to the node (what a suspended job or an unused reservation frees)."""
+        self._changing(f)
         for g in gpus:
             insort(f.gpus, g)
         f.cpus += cpus
         f.memory_gb += memory_gb
-        self._list(f)
-        self.version += 1
+        self._changed(f)
 
     def restrict(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
-        """Set the node's free resources outright (used after a tentative release)."""
-        self._unlist(f)
+        """Set the node's free resources outright."""
+        self._changing(f)
         f.gpus = sorted(gpus)
         f.cpus, f.memory_gb = cpus, memory_gb
-        self._list(f)
-        self.version += 1
+        self._changed(f)
 
     def block(self, f: NodeFree) -> None:
         """Take the node out of placement for the rest of the cycle (starvation guard)."""
-        self._unlist(f)
+        self._changing(f)
         f.blocked = True
-        self.version += 1
+        self._changed(f)
 
-    def unblock(self, f: NodeFree) -> None:
-        f.blocked = False
-        self._list(f)
-        self.version += 1
+    def _put_back(self, saved: SavedNode) -> None:
+        """Undo: the node exactly as a trial found it (not recorded: the trial is closing)."""
+        f = saved.node
+        self._unlist(f)
+        f.gpus, f.cpus, f.memory_gb, f.blocked = list(saved.gpus), saved.cpus, saved.memory_gb, saved.blocked
+        self._changed(f)
 
     def pools(self, shape: Shape) -> tuple[str, ...]:
         """Where the shape may go: its GPU type, every type (gpu_type None), or ANY for CPU workers."""
@@ -208,3 +220,83 @@ class FreeCapacity:
             if total >= enough:
                 break
         return total
+
+
+@dataclass(frozen=True, slots=True)
+class SavedNode:
+    """A node's free resources as a trial found them: what undoing the trial puts back."""
+
+    node: NodeFree
+    gpus: tuple[int, ...]
+    cpus: float
+    memory_gb: float
+    blocked: bool
+
+
+@dataclass(slots=True)
+class Trial:
+    """A tentative change to free capacity: try a placement or a victim set, then `commit` or `undo`.
+
+    Every take, give, restrict and block made on the capacity while the trial is open belongs to
+    it. The trial saves each node the first time it changes it, and `undo` puts the saved nodes
+    back, which is undoing the changes in reverse order: afterwards the capacity is exactly as the
+    trial found it (no float drift from giving back what was taken). Leaving a `with` block undoes a
+    trial that was not committed. Trials nest: committing an inner trial hands its changes to the
+    one around it, which may still undo them.
+
+        with cap.trial() as trial:
+            placement = ...  # takes and gives on cap
+            if placement is not None:
+                trial.commit()
+    """
+
+    cap: FreeCapacity
+    outer: Trial | None
+    saved: dict[int, SavedNode] = field(default_factory=dict)
+    """Node ordinal -> the node before this trial first changed it."""
+    closed: bool = False
+
+    def __enter__(self) -> Trial:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.closed:
+            self.undo()
+
+    def save(self, f: NodeFree) -> None:
+        if f.ordinal not in self.saved:
+            self.saved[f.ordinal] = SavedNode(f, tuple(f.gpus), f.cpus, f.memory_gb, f.blocked)
+
+    def commit(self) -> None:
+        """Keep every change (an outer trial may still undo them)."""
+        self._close()
+        if self.outer is not None:
+            for i, saved in self.saved.items():
+                self.outer.saved.setdefault(i, saved)
+
+    def commit_without_gains(self) -> None:
+        """Keep what was taken, not what was given: no node ends with more free than the trial found.
+
+        Used to place a preemptor as if its victims were gone: the placement uses what they free
+        first, and what they free beyond it stays out of everyone's reach for the rest of the cycle.
+        """
+        cap = self.cap
+        for saved in self.saved.values():
+            f = saved.node
+            cap.restrict(f, [g for g in f.gpus if g in saved.gpus], min(f.cpus, saved.cpus),
+                         min(f.memory_gb, saved.memory_gb))
+        self.commit()
+
+    def undo(self) -> None:
+        """Put every node this trial changed back as it found it."""
+        self._close()
+        for saved in self.saved.values():
+            self.cap._put_back(saved)
+
+    def _close(self) -> None:
+        if self.closed:
+            raise RuntimeError("this trial was already committed or undone")
+        if self.cap.open_trial is not self:
+            raise RuntimeError("a trial started inside this one is still open")
+        self.closed = True
+        self.cap.open_trial = self.outer

@@ -22,17 +22,37 @@ from hai_airflow.scheduling.model import (
     Suspend,
     WorkerPlacement,
 )
-from hai_airflow.scheduling.placement import (
-    describe_placement,
-    never_fits,
-    place,
-    release,
-    shortfall,
-)
+from hai_airflow.scheduling.placement import describe_placement, never_fits, place, shortfall
 from hai_airflow.scheduling.policies import Policy
 from hai_airflow.scheduling.quota import count_high, over_quota
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimPool, find_victims
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """Why a job waits: the reason, the job it waits for, and whether every job of its shape and
+    class would wait for the same reason while free capacity stays as it is."""
+
+    reason: str
+    blocked_by: int | None = None
+    same_for_its_shape: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAt:
+    """A plain hold and the capacity version it was decided at."""
+
+    version: int
+    held: Held
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedGpus:
+    """A waiting job's reserved GPUs on one node that are free now."""
+
+    node: NodeFree
+    gpus: list[int]
 
 
 @dataclass(slots=True)
@@ -59,9 +79,9 @@ class Cycle:
     decisions: list[Decision] = field(default_factory=list)
     held: int = 0
     cannot_fit: Hopeless = field(default_factory=Hopeless)
-    shortfalls: dict[Shape, tuple[int, str]] = field(default_factory=dict)
-    last_hold: dict[tuple[Shape, bool], tuple[int, str, int | None]] = field(default_factory=dict)
-    """(shape, high) -> (capacity version, reason, blocked_by) of the last plain hold."""
+    """Shapes that found no placement on the shared free capacity this cycle (see `place`)."""
+    last_hold: dict[tuple[Shape, bool], HeldAt] = field(default_factory=dict)
+    """(shape, high) -> the last plain hold of a job of that shape and class (see `decide`)."""
     rejections: dict[Shape, str | None] = field(default_factory=dict)
     """Shape -> why it cannot fit even on the empty cluster, else None (a question about the nodes alone)."""
 
@@ -123,24 +143,26 @@ class Cycle:
             over = over_quota(job.user, job.group, job.total_gpus, self.user_used.get(job.user, 0) - own,
                               self.group_used.get(job.group, 0) - own, self.snapshot.quota)
             if over is not None:
-                self.hold(job, over)
+                self.hold(job, Held(over))
                 return
         plain = job.id not in self.own_free and job.id not in self.own_held
         if plain:
-            # Same shape, same class, nothing changed since it was held: same outcome. This keeps a
-            # long queue behind a full cluster cheap.
+            # Memo: a job without a reservation of the same shape and class was held while free
+            # capacity was as it is now (same version). What `seek` reads besides the capacity
+            # moves only with it: victims are taken and the guard is raised by changes to the
+            # capacity, and a hold that raised the guard is not kept. So `seek` would hold this
+            # job for the same reason; this keeps a long queue behind a full cluster cheap.
             seen = self.last_hold.get((shape, high))
-            if seen is not None and seen[0] == self.cap.version:
-                self.hold(job, seen[1], seen[2])
+            if seen is not None and seen.version == self.cap.version:
+                self.hold(job, seen.held)
                 return
         held = self.seek(job, shape, high)
         if held is not None:
-            reason, blocked_by, repeatable = held
-            if plain and repeatable:
-                self.last_hold[(shape, high)] = (self.cap.version, reason, blocked_by)
-            self.hold(job, reason, blocked_by)
+            if plain and held.same_for_its_shape:
+                self.last_hold[(shape, high)] = HeldAt(self.cap.version, held)
+            self.hold(job, held)
 
-    def seek(self, job: Job, shape: Shape, high: bool) -> tuple[str, int | None, bool] | None:
+    def seek(self, job: Job, shape: Shape, high: bool) -> Held | None:
         """Admit or preempt for the job; else say why it is held (and if that holds for its shape)."""
         reserved = job.id in self.own_free
         placement, how = self.place_reserved(job, shape) if reserved else (self.place(shape), "")
@@ -149,19 +171,20 @@ class Cycle:
             return None
         if job.id in self.own_held:
             holders = self.own_held[job.id]
-            return waiting_for(holders), holders[0].id, False
+            return Held(waiting_for(holders), holders[0].id, same_for_its_shape=False)
         if high and self.policy.preempts and self.preempt(job, shape, memo=not reserved):
             return None
         if self.guard is not None and fits_with_guard_nodes(self.cap, self.guard, shape):
-            return self.guard.reason(), self.guard.job_id, True
-        reason = self.shortfall(shape)
+            return Held(self.guard.reason(), self.guard.job_id)
+        reason = shortfall(self.cap, shape)
         if high and self.policy.preempts:
             reason += "; suspending running low-priority jobs would not make room"
         if self.guard is None and (high or self.policy.guards_any_job):
             self.guard = raise_guard(self.cap, job.id, shape)
             if self.guard is not None:
-                return f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)", None, False
-        return reason, None, True
+                return Held(f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)",
+                            same_for_its_shape=False)
+        return Held(reason)
 
     def never_fits(self, shape: Shape) -> str | None:
         known = self.rejections
@@ -170,7 +193,12 @@ class Cycle:
         return known[shape]
 
     def place(self, shape: Shape) -> Placement | None:
-        """Place on shared free capacity; a shape that failed once fails all cycle (capacity only shrinks)."""
+        """Place on shared free capacity, unless the shape (or one it dominates) already failed this cycle.
+
+        Memo: the shared free capacity never grows during a cycle, except when a job with a
+        reservation is admitted and the reserved GPUs it does not use join it (`place_reserved`);
+        a shape that failed before that may then wait one cycle more than it had to.
+        """
         pools = self.cap.pools(shape)
         if self.cannot_fit.holds(shape, pools):
             return None
@@ -182,19 +210,19 @@ class Cycle:
     def place_reserved(self, job: Job, shape: Shape) -> tuple[Placement | None, str]:
         """A job with a reservation goes onto its reserved GPUs when they suffice, else anywhere it fits
         (sooner is better than waiting for the rest of its victims)."""
-        own = self.own_free.pop(job.id)
-        nodes = [(self.cap.named_node(n), gpus) for n, gpus in own.items()]
-        for f, gpus in nodes:
-            self.cap.give(f, gpus, 0, 0)
-        placement = on_reserved(self.cap, shape, nodes)
-        if placement is not None:
-            return placement, "on its reserved GPUs"
-        placement = place(self.cap, shape)
-        if placement is None:
-            for f, gpus in nodes:
-                self.cap.take(f, gpus, 0, 0)
-            self.own_free[job.id] = own
-        return placement, ""
+        own = [ReservedGpus(self.cap.named_node(n), gpus) for n, gpus in self.own_free[job.id].items()]
+        with self.cap.trial() as trial:
+            for r in own:
+                self.cap.give(r.node, r.gpus, 0, 0)
+            placement, how = on_reserved(self.cap, shape, own), "on its reserved GPUs"
+            if placement is None:
+                placement, how = place(self.cap, shape), ""
+            if placement is None:
+                return None, ""
+            # Admitted: the reserved GPUs it does not use are free for the jobs after it.
+            trial.commit()
+        del self.own_free[job.id]
+        return placement, how
 
     def preempt(self, job: Job, shape: Shape, memo: bool) -> bool:
         """Suspend the chosen victims and reserve the preemptor's placement on what they free."""
@@ -213,36 +241,22 @@ class Cycle:
                                       f"GPUs freed by suspending job{'s' * (len(victims) > 1)} {ids} "
                                       f"are held for job {job.id}: {describe_placement(placement)}"))
         self.count_quota(job)
-        self.hold(job, waiting_for(victims), blocked_by=victims[0].id)
+        self.hold(job, Held(waiting_for(victims), victims[0].id))
         return True
 
     def place_after_suspending(self, victims: list[Job], shape: Shape) -> Placement | None:
-        """Place as if the victims were gone; what they free beyond that stays held this cycle."""
-        touched: dict[str, NodeFree] = {}
-        for v in victims:
-            for w in v.placement:
-                f = self.cap.named(w.node)
-                if f is not None:
-                    touched[w.node] = f
-        before = {n: (set(f.gpus), f.cpus, f.memory_gb) for n, f in touched.items()}
-        for v in victims:
-            for w in v.placement:
-                if w.node in touched:
-                    self.cap.give(touched[w.node], w.gpus, w.cpus, w.memory_gb)
-        placement = place(self.cap, shape)
-        for n, f in touched.items():
-            gpus, cpus, memory = before[n]
-            self.cap.restrict(f, [g for g in f.gpus if g in gpus], min(f.cpus, cpus),
-                              min(f.memory_gb, memory))
+        """Place as if the victims were gone; what they free beyond the placement stays held this cycle
+        (they are still suspending, and their GPUs are the preemptor's, not the next job's)."""
+        with self.cap.trial() as trial:
+            for v in victims:
+                for w in v.placement:
+                    f = self.cap.named(w.node)
+                    if f is not None:
+                        self.cap.give(f, w.gpus, w.cpus, w.memory_gb)
+            placement = place(self.cap, shape)
+            if placement is not None:
+                trial.commit_without_gains()
         return placement
-
-    def shortfall(self, shape: Shape) -> str:
-        """Why it does not fit now (cached until capacity changes)."""
-        cached = self.shortfalls.get(shape)
-        if cached is None or cached[0] != self.cap.version:
-            cached = (self.cap.version, shortfall(self.cap, shape))
-            self.shortfalls[shape] = cached
-        return cached[1]
 
     # ---- decisions ------------------------------------------------------------------------------
 
@@ -258,9 +272,9 @@ class Cycle:
         if job.id not in self.precounted:
             count_high(self.user_used, self.group_used, job)
 
-    def hold(self, job: Job, reason: str, blocked_by: int | None = None) -> None:
+    def hold(self, job: Job, held: Held) -> None:
         self.held += 1
-        self.decisions.append(Hold(job.id, reason, self.held, blocked_by))
+        self.decisions.append(Hold(job.id, held.reason, self.held, held.blocked_by))
 
 
 def gpu_holders(
@@ -282,24 +296,26 @@ def gpu_holders(
     return holder_of
 
 
-def on_reserved(cap: FreeCapacity, shape: Shape, nodes: list[tuple[NodeFree, list[int]]]) -> Placement | None:
+def on_reserved(cap: FreeCapacity, shape: Shape, own: list[ReservedGpus]) -> Placement | None:
     """Gang placement using only the job's reserved GPUs (lowest first); None when they do not suffice."""
     if shape.gpus == 0:
         return None
     allowed = set(cap.pools(shape))
     taken: list[WorkerPlacement] = []
-    for _ in range(shape.workers):
-        for f, gpus in nodes:
-            free = [g for g in gpus if g in f.gpus]
-            if f.node.gpu_type in allowed and f.fits(shape) and len(free) >= shape.gpus:
-                w = WorkerPlacement(f.node.name, tuple(free[: shape.gpus]), shape.cpus, shape.memory_gb)
-                cap.take(f, w.gpus, w.cpus, w.memory_gb)
-                taken.append(w)
-                allowed = {f.node.gpu_type}  # one GPU type for the whole gang
-                break
-        else:
-            release(cap, tuple(taken))
-            return None
+    with cap.trial() as trial:
+        for _ in range(shape.workers):
+            for r in own:
+                f = r.node
+                free = [g for g in r.gpus if g in f.gpus]
+                if f.node.gpu_type in allowed and f.fits(shape) and len(free) >= shape.gpus:
+                    w = WorkerPlacement(f.node.name, tuple(free[: shape.gpus]), shape.cpus, shape.memory_gb)
+                    cap.take(f, w.gpus, w.cpus, w.memory_gb)
+                    taken.append(w)
+                    allowed = {f.node.gpu_type}  # one GPU type for the whole gang
+                    break
+            else:
+                return None
+        trial.commit()
     return tuple(taken)
 
 

@@ -14,7 +14,8 @@ class Guard:
     job_id: int
     nodes: list[NodeFree]
     room: dict[Shape, dict[str, int]] = field(default_factory=dict)
-    """Per shape and pool, workers the guard nodes could hold (they are frozen, so it never changes)."""
+    """Memo: per shape and pool, workers the guard nodes could hold. It never changes: blocked nodes
+    are placed on by no one, and what victims free there stays held (`Trial.commit_without_gains`)."""
 
     text: str = ""
     """The node list in words, e.g. `n1,n2` or `n1,n2,n3,n4 and 5 more` (set by `raise_guard`)."""

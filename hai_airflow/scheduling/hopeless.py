@@ -7,33 +7,44 @@ from dataclasses import dataclass, field
 from hai_airflow.scheduling.capacity import Shape
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A shape that failed, and the pools it was tried in."""
+
+    pools: frozenset[str]
+    shape: Shape
+
+
 @dataclass(slots=True)
 class Hopeless:
-    """Shapes known to fail this cycle. Valid because capacity only shrinks during a cycle, so a
-    failure stays a failure, and a shape needing at least as much in no more pools fails as well."""
+    """Shapes known to fail this cycle.
+
+    Valid while free capacity only shrinks (see `Cycle.place` for the one exception): a failure
+    stays a failure, and a shape asking for at least as much in no more pools fails as well.
+    """
 
     known: set[Shape] = field(default_factory=set)
-    records: list[tuple[frozenset[str], Shape]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
     cleared: dict[Shape, int] = field(default_factory=dict)
-    """Shape -> how many records it was last checked against without being dominated."""
+    """Shape -> how many failures it was last checked against without being dominated."""
 
     def add(self, shape: Shape, pools: tuple[str, ...]) -> None:
         self.known.add(shape)
-        self.records.append((frozenset(pools), shape))
+        self.failures.append(Failure(frozenset(pools), shape))
 
     def holds(self, shape: Shape, pools: tuple[str, ...]) -> bool:
         """Is the shape known to fail, itself or through a smaller failed shape?"""
         if shape in self.known:
             return True
         seen = self.cleared.get(shape, 0)
-        if seen == len(self.records):
+        if seen == len(self.failures):
             return False
         wanted = set(pools)
-        for failed_pools, failed in self.records[seen:]:
-            if wanted <= failed_pools and dominated(failed, shape):
+        for failure in self.failures[seen:]:
+            if wanted <= failure.pools and dominated(failure.shape, shape):
                 self.known.add(shape)
                 return True
-        self.cleared[shape] = len(self.records)
+        self.cleared[shape] = len(self.failures)
         return False
 
 

@@ -22,12 +22,6 @@ def take_worker(cap: FreeCapacity, f: NodeFree, shape: Shape) -> WorkerPlacement
     return WorkerPlacement(f.node.name, gpus, shape.cpus, shape.memory_gb)
 
 
-def release(cap: FreeCapacity, placement: Placement) -> None:
-    """Give a placement's resources back to the index (undo of a tentative placement)."""
-    for w in placement:
-        cap.give(cap.named_node(w.node), w.gpus, w.cpus, w.memory_gb)
-
-
 def pool_order(cap: FreeCapacity, shape: Shape) -> list[str]:
     """Try the pool whose best-fit node is tightest first (limits fragmentation across types)."""
     pools = cap.pools(shape)
@@ -49,16 +43,23 @@ def place(cap: FreeCapacity, shape: Shape) -> Placement | None:
     worker is identical and each placement lowers the pool's worker room by exactly one.
     """
     for pool in pool_order(cap, shape):
-        taken: list[WorkerPlacement] = []
-        for _ in range(shape.workers):
-            f = best_fit(cap, pool, shape)
-            if f is None:
-                break
-            taken.append(take_worker(cap, f, shape))
-        else:
-            return tuple(taken)
-        release(cap, tuple(taken))
+        with cap.trial() as trial:
+            placement = place_in_pool(cap, pool, shape)
+            if placement is not None:
+                trial.commit()
+                return placement
     return None
+
+
+def place_in_pool(cap: FreeCapacity, pool: str, shape: Shape) -> Placement | None:
+    """Every worker by best fit in one pool; None once a worker finds no node (the caller undoes the rest)."""
+    taken: list[WorkerPlacement] = []
+    for _ in range(shape.workers):
+        f = best_fit(cap, pool, shape)
+        if f is None:
+            return None
+        taken.append(take_worker(cap, f, shape))
+    return tuple(taken)
 
 
 def describe_shape(shape: Shape) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.capacity import ANY, EPS, FreeCapacity, NodeFree, Shape, workers_fitting
@@ -13,8 +13,31 @@ from hai_airflow.scheduling.policies import Policy
 MAX_SET_CANDIDATES = 64
 """Bound on a victim-set search: at most this many compatible jobs are considered together."""
 
-Release = tuple[NodeFree, int, float, float]
-"""What suspending a job gives back on one node: GPUs, CPUs, memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRelease:
+    """What suspending a job gives back on one node."""
+
+    node: NodeFree
+    gpus: int
+    cpus: float
+    memory_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class Freed:
+    """Resources chosen victims would give back on one node, summed."""
+
+    gpus: int = 0
+    cpus: float = 0.0
+    memory_gb: float = 0.0
+
+    def plus(self, r: NodeRelease) -> Freed:
+        return Freed(self.gpus + r.gpus, self.cpus + r.cpus, self.memory_gb + r.memory_gb)
+
+    def minus(self, r: NodeRelease) -> Freed:
+        return Freed(self.gpus - r.gpus, self.cpus - r.cpus, self.memory_gb - r.memory_gb)
 
 
 @dataclass(slots=True)
@@ -23,15 +46,21 @@ class VictimPool:
 
     by_pool: dict[str, list[Job]]
     """Candidates in victim order per pool they free resources in; ANY lists them all."""
-    releases: dict[int, list[Release]]
+    releases: dict[int, list[NodeRelease]]
+    """Per candidate, what suspending it gives back, node by node."""
     widest: dict[int, int]
     """Per candidate, the most GPUs it frees on one node (bounds what it can add to a gang's room)."""
     taken: set[int] = field(default_factory=set)
     """Already chosen this cycle (their GPUs go to another preemptor)."""
     cursor: dict[Shape, int] = field(default_factory=dict)
-    """Per shape, candidates before this index are known not to suffice alone (capacity only shrinks)."""
+    """Memo: per shape, the candidates before this index were found not to suffice alone this cycle.
+
+    Still so later in the cycle: free capacity only shrinks (but see `Cycle.place`: a job admitted
+    on its reservation can return GPUs), and a candidate's release never grows; taken candidates
+    are skipped anyway.
+    """
     hopeless: Hopeless = field(default_factory=Hopeless)
-    """Shapes no victim or bounded victim set can make room for, this cycle."""
+    """Memo: shapes no victim or bounded victim set could make room for this cycle (same argument)."""
 
     @classmethod
     def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimPool:
@@ -39,9 +68,9 @@ class VictimPool:
         releases = {j.id: releases_of(j, cap) for j in candidates}
         by_pool: dict[str, list[Job]] = {ANY: candidates}
         for j in candidates:
-            for pool in dict.fromkeys(f.node.gpu_type for f, *_ in releases[j.id]):
+            for pool in dict.fromkeys(r.node.node.gpu_type for r in releases[j.id]):
                 by_pool.setdefault(pool, []).append(j)
-        widest = {i: max((g for _, g, _, _ in r), default=0) for i, r in releases.items()}
+        widest = {i: max((r.gpus for r in rs), default=0) for i, rs in releases.items()}
         return cls(by_pool, releases, widest)
 
     def in_order(self, pools: tuple[str, ...]) -> list[Job]:
@@ -54,7 +83,7 @@ def is_candidate(job: Job) -> bool:
     return job.state == "RUNNING" and job.max_schedule == 0
 
 
-def releases_of(job: Job, cap: FreeCapacity) -> list[Release]:
+def releases_of(job: Job, cap: FreeCapacity) -> list[NodeRelease]:
     """A job's resources per node, summed over its workers (nodes unknown to the snapshot skipped)."""
     per_node: dict[str, list[float]] = {}
     for w in job.placement:
@@ -63,7 +92,7 @@ def releases_of(job: Job, cap: FreeCapacity) -> list[Release]:
             acc[0] += len(w.gpus)
             acc[1] += w.cpus
             acc[2] += w.memory_gb
-    return [(cap.named_node(n), int(g), c, m) for n, (g, c, m) in per_node.items()]
+    return [NodeRelease(cap.named_node(n), int(g), c, m) for n, (g, c, m) in per_node.items()]
 
 
 def in_pool(f: NodeFree, pool: str) -> bool:
@@ -71,18 +100,19 @@ def in_pool(f: NodeFree, pool: str) -> bool:
     return not f.blocked and (pool == ANY or f.node.gpu_type == pool)
 
 
-def room_gain(f: NodeFree, extra: Sequence[float], shape: Shape) -> int:
-    """Workers of the shape the node gains if `extra` (GPUs, CPUs, memory) were given back."""
-    if shape.gpus and (len(f.gpus) + int(extra[0])) // shape.gpus == len(f.gpus) // shape.gpus:
+def room_gain(f: NodeFree, extra: NodeRelease | Freed, shape: Shape) -> int:
+    """Workers of the shape the node gains if `extra` were given back."""
+    if shape.gpus and (len(f.gpus) + extra.gpus) // shape.gpus == len(f.gpus) // shape.gpus:
         return 0  # the GPUs alone bound the gain, and they give none (the common, cheap case)
-    after = workers_fitting(len(f.gpus) + int(extra[0]), f.cpus + extra[1], f.memory_gb + extra[2], shape)
-    return after - f.fits(shape)
+    gpus = len(f.gpus) + extra.gpus
+    return workers_fitting(gpus, f.cpus + extra.cpus, f.memory_gb + extra.memory_gb, shape) - f.fits(shape)
 
 
-def frees_one_worker(f: NodeFree, g: int, c: float, m: float, shape: Shape) -> bool:
-    """Giving back (g, c, m) on this node leaves room for one worker of the shape."""
-    return (len(f.gpus) + g >= shape.gpus and f.cpus + c + EPS >= shape.cpus
-            and f.memory_gb + m + EPS >= shape.memory_gb)
+def frees_one_worker(r: NodeRelease, shape: Shape) -> bool:
+    """The release leaves room for one worker of the shape on its node."""
+    f = r.node
+    return (len(f.gpus) + r.gpus >= shape.gpus and f.cpus + r.cpus + EPS >= shape.cpus
+            and f.memory_gb + r.memory_gb + EPS >= shape.memory_gb)
 
 
 def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, memo: bool) -> Job | None:
@@ -99,8 +129,8 @@ def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, memo: bo
             continue
         if shape.workers == 1:
             # One worker: it cannot fit anywhere now, so the victim must free a whole slot on one node.
-            found = any(not f.blocked and (allowed is None or f.node.gpu_type in allowed)
-                        and frees_one_worker(f, g, c, m, shape) for f, g, c, m in releases[victim.id])
+            found = any(not r.node.blocked and (allowed is None or r.node.node.gpu_type in allowed)
+                        and frees_one_worker(r, shape) for r in releases[victim.id])
         elif shape.gpus and pool_of.widest[victim.id] <= shape.gpus and (
             most + len(releases[victim.id]) < shape.workers
         ):
@@ -108,8 +138,8 @@ def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, memo: bo
             continue
         else:
             found = any(
-                base[p] + sum(room_gain(f, (g, c, m), shape)
-                              for f, g, c, m in releases[victim.id] if in_pool(f, p)) >= shape.workers
+                base[p] + sum(room_gain(r.node, r, shape)
+                              for r in releases[victim.id] if in_pool(r.node, p)) >= shape.workers
                 for p in pools
             )
         if found:
@@ -121,44 +151,70 @@ def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, memo: bo
     return None
 
 
-def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, pool: str) -> list[Job] | None:
-    """Minimal set: take candidates in victim order until the gang fits, then drop any not needed."""
-    room = cap.count_fitting(pool, shape, shape.workers)
-    extra: dict[int, list[float]] = {}
-    chosen: list[Job] = []
+@dataclass(slots=True)
+class RoomWithVictims:
+    """Workers of a shape one pool could take if a set of victims were suspended.
 
-    def add(victim: Job, sign: int) -> int:
+    Counted on the side, per node the victims free, instead of giving their resources to the
+    capacity in a trial: a victim set is grown and shrunk one job at a time, and recounting the
+    pool's room after each step would cost a pass over the pool.
+    """
+
+    shape: Shape
+    pool: str
+    releases: dict[int, list[NodeRelease]]
+    room: int
+    """Workers the pool could take now, plus what the victims add."""
+    freed: dict[int, Freed] = field(default_factory=dict)
+    """Node ordinal -> what the victims free there."""
+
+    def fits(self) -> bool:
+        return self.room >= self.shape.workers
+
+    def add(self, victim: Job) -> None:
+        """Count the victim's release."""
+        self.room += self._shift(victim, Freed.plus)
+
+    def without(self, victim: Job) -> int:
+        """Stop counting the victim's release; the room it took away."""
+        gained = self._shift(victim, Freed.minus)
+        self.room += gained
+        return -gained
+
+    def _shift(self, victim: Job, change: Callable[[Freed, NodeRelease], Freed]) -> int:
         gained = 0
-        for f, g, c, m in pool_of.releases[victim.id]:
-            if in_pool(f, pool):
-                acc = extra.setdefault(f.ordinal, [0.0, 0.0, 0.0])
-                before = room_gain(f, acc, shape)
-                acc[0] += sign * g
-                acc[1] += sign * c
-                acc[2] += sign * m
-                gained += room_gain(f, acc, shape) - before
+        for r in self.releases[victim.id]:
+            if in_pool(r.node, self.pool):
+                before = self.freed.get(r.node.ordinal, Freed())
+                after = change(before, r)
+                self.freed[r.node.ordinal] = after
+                gained += room_gain(r.node, after, self.shape) - room_gain(r.node, before, self.shape)
         return gained
 
+
+def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, pool: str) -> list[Job] | None:
+    """Minimal set: take candidates in victim order until the gang fits, then drop any not needed."""
+    room = RoomWithVictims(shape, pool, pool_of.releases, cap.count_fitting(pool, shape, shape.workers))
+    chosen: list[Job] = []
     for victim in pool_of.in_order((pool,)):
         if len(chosen) >= MAX_SET_CANDIDATES:
             return None
         if victim.id in pool_of.taken:
             continue
         chosen.append(victim)
-        room += add(victim, +1)
-        if room >= shape.workers:
+        room.add(victim)
+        if room.fits():
             break
     else:
         return None
     # The last one added is needed; an earlier one may have become redundant. Try the least
     # preferred first, so the victims kept are the ones the policy ranks first.
     for k in range(len(chosen) - 2, -1, -1):
-        lost = add(chosen[k], -1)
-        if room + lost >= shape.workers:
-            room += lost
+        room.without(chosen[k])
+        if room.fits():
             del chosen[k]
         else:
-            add(chosen[k], +1)
+            room.add(chosen[k])
     return chosen
 
 

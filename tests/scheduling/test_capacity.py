@@ -1,0 +1,93 @@
+"""Trials on free capacity: undone unless committed, exactly, and nested."""
+
+from __future__ import annotations
+
+import pytest
+
+from hai_airflow.scheduling.capacity import FreeCapacity, Shape
+from hai_airflow.scheduling.layout import Layout
+from hai_airflow.scheduling.model import Node
+from hai_airflow.scheduling.placement import place
+from hai_airflow.scheduling.usage import Usage
+
+
+def capacity() -> FreeCapacity:
+    layout = Layout.build((Node("n1", "V100", 8, 0.3, 64), Node("n2", "V100", 4, 16, 32)))
+    return FreeCapacity.build(Usage.fresh(layout, []))
+
+
+def state(cap: FreeCapacity) -> tuple[object, ...]:
+    """Every node's free resources and the bucket index, copied."""
+    nodes = tuple((tuple(f.gpus), f.cpus, f.memory_gb, f.blocked) for f in map(cap.node, range(2)))
+    return nodes, {t: [tuple(b) for b in lists] for t, lists in cap.buckets.items()}
+
+
+def test_a_trial_left_without_commit_puts_every_node_back_exactly():
+    cap = capacity()
+    n1, n2 = cap.named_node("n1"), cap.named_node("n2")
+    cap.take(n2, [0], 1, 1)
+    before = state(cap)
+
+    with cap.trial():
+        cap.take(n1, [0, 3], 0.1, 8)
+        cap.give(n2, [0], 1, 1)
+        cap.block(n2)
+        cap.restrict(n1, [7], 0.2, 1)
+
+    assert state(cap) == before
+    assert n1.cpus == 0.3 and n1.gpus == list(range(8))
+    assert cap.open_trial is None
+
+
+def test_a_committed_trial_keeps_its_changes():
+    cap = capacity()
+    n1 = cap.named_node("n1")
+
+    with cap.trial() as trial:
+        cap.take(n1, [1], 0.1, 8)
+        trial.commit()
+
+    assert n1.gpus == [0, 2, 3, 4, 5, 6, 7]
+    assert list(cap.candidates("V100", 0)) == [cap.named_node("n2"), n1]
+
+
+def test_an_outer_trial_undoes_what_an_inner_one_committed():
+    cap = capacity()
+    before = state(cap)
+
+    with cap.trial():
+        with cap.trial() as inner:
+            assert place(cap, Shape("V100", 2, 4, 0.1, 8)) is not None
+            inner.commit()
+        assert state(cap) != before
+
+    assert state(cap) == before
+
+
+def test_commit_without_gains_keeps_the_takes_but_not_the_gives():
+    cap = capacity()
+    n1, n2 = cap.named_node("n1"), cap.named_node("n2")
+    cap.take(n1, [0, 1, 2, 3], 0.2, 32)
+
+    with cap.trial() as trial:
+        cap.give(n1, [0, 1, 2, 3], 0.2, 32)
+        cap.take(n1, [0, 1], 0.1, 8)
+        cap.take(n2, [0], 1, 2)
+        trial.commit_without_gains()
+
+    assert (n1.gpus, n1.memory_gb) == ([4, 5, 6, 7], 32)
+    assert (n2.gpus, n2.cpus, n2.memory_gb) == ([1, 2, 3], 15, 30)
+
+
+def test_a_trial_closes_once_and_innermost_first():
+    cap = capacity()
+    outer = cap.trial()
+    inner = cap.trial()
+
+    with pytest.raises(RuntimeError, match="still open"):
+        outer.commit()
+    inner.undo()
+    with pytest.raises(RuntimeError, match="already"):
+        inner.commit()
+    outer.undo()
+    assert cap.open_trial is None
