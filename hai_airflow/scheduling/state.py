@@ -18,8 +18,8 @@ class ClusterState:
     """One in-memory model of the cluster; `snapshot()` is what a planning cycle sees.
 
     Events: `job_changed` (submitted, admitted, started, suspended, resumed, checkpointed: the job's
-    new record), `job_ended` (finished, cancelled, rejected), `reserved` / `reservation_cleared`,
-    `quota_changed`, `nodes_changed`.
+    new record), `job_left` (finished, cancelled, rejected, or held back by an admin), `reserved` /
+    `reservation_cleared`, `quota_changed`, `nodes_changed`.
     """
 
     def __init__(self, nodes: Sequence[Node] = (), quota: Quota | None = None, policy: str = "seed"):
@@ -60,12 +60,12 @@ class ClusterState:
         self.jobs[job.id] = job
         self.usage.replace(old, job)
 
-    def job_ended(self, job_id: int) -> None:
-        """A job finished, failed, was cancelled or rejected: it leaves the cluster and its reservation."""
+    def job_left(self, job_id: int) -> None:
+        """A job no longer competes for GPUs: it ended, was rejected, or an admin holds it back.
+        Its reservation is the store's to clear (`reservation_cleared`)."""
         old = self.jobs.pop(job_id, None)
         if old is not None:
             self.usage.replace(old, None)
-        self.reservation_cleared(job_id)
 
     def reserved(self, job_id: int, reservations: Iterable[Reservation]) -> None:
         """GPUs are held for a waiting preemptor (replacing what was held for it before)."""

@@ -62,12 +62,12 @@ class Usage:
 
     def replace(self, old: Job | None, new: Job | None) -> None:
         """A job's record changed from `old` to `new` (None: not known / gone); count the difference."""
-        was = old is not None and old.state in HOLDING
-        now = new is not None and new.state in HOLDING
-        if was and now and same_use(old, new):  # type: ignore[arg-type]
-            self.jobs[new.id] = new  # type: ignore[union-attr]
+        gone = [old] if old is not None and old.state in HOLDING else []
+        added = [new] if new is not None and new.state in HOLDING else []
+        if gone and added and same_use(gone[0], added[0]):
+            self.jobs[added[0].id] = added[0]
             return
-        self.update([old] if was else [], [new] if now else [])  # type: ignore[list-item]
+        self.update(gone, added)
 
     def update(self, gone: Iterable[Job], new: Iterable[Job]) -> None:
         """Take away what `gone` jobs used and add what `new` ones use."""

@@ -18,12 +18,13 @@ from hai_airflow.backends import logs
 from hai_airflow.backends.base import Backend, Exit, Handle, Launch, StartError
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Admit, Hold, Reject, Reserve, Suspend
-from hai_airflow.server import lease, paths, transitions
+from hai_airflow.server import changes, lease, paths, transitions
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
+from hai_airflow.server.follow import StoreFollower, differences, read_all
 from hai_airflow.server.hints import failure_hint
 from hai_airflow.server.metrics import lost_gpu_seconds
-from hai_airflow.server.snapshot import WAITING_STATES, StoreView, read_store
+from hai_airflow.server.snapshot import WAITING, StoreView
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
 
@@ -38,6 +39,10 @@ POLL_SECONDS = 0.2
 """How often the backend is asked for exits while this controller is active."""
 RENEW_SECONDS = 2.0
 CHECKPOINT_SCAN_SECONDS = 2.0
+RESYNC_SECONDS = 300.0
+"""How often the kept copy of the store is checked against a full read (and replaced by it)."""
+FEED_KEPT_SECONDS = 3600.0
+"""How long change-feed rows are kept (a controller taking over reads the store whole)."""
 CANCEL_GRACE_SECONDS = 3
 HINT_LOG_LINES = 400
 
@@ -61,6 +66,9 @@ class Controller:
         self._last_cycle = 0.0
         self._last_scan = 0.0
         self._last_renew = 0.0
+        self._last_resync = 0.0
+        self.follower = StoreFollower(ctx.config.server.policy)
+        """The store as this controller keeps it between cycles (read whole on taking the lease)."""
 
     # ---- lifetime -----------------------------------------------------------------------------
 
@@ -126,6 +134,7 @@ class Controller:
             log.info("controller %s holds the lease", self.me)
             self.active = True
             self._last_renew = now
+            self._last_resync = 0.0  # another controller acted meanwhile: read the store whole first
             try:
                 self.reattach()
             except BaseException:
@@ -212,8 +221,27 @@ class Controller:
     # ---- planning -----------------------------------------------------------------------------
 
     def read(self) -> StoreView:
+        """The store as kept: the change feed applied since the last cycle; read whole every
+        RESYNC_SECONDS (and at first), when a difference from the kept copy is logged."""
+        now = time.time()
+        if now - self._last_resync < RESYNC_SECONDS and self.follower.kept is not None:
+            with self.ctx.store.read() as s:
+                self.follower.catch_up(s)
+            return self.follower.view()
+        self._last_resync = now
         with self.ctx.store.read() as s:
-            return read_store(s, self.ctx.config.server.policy)
+            kept = self.follower.kept
+            if kept is not None:
+                self.follower.catch_up(s)
+            fresh = read_all(s, self.ctx.config.server.policy)
+        if kept is not None and fresh.last_change == kept.last_change:
+            moved = differences(kept, fresh)
+            if moved:
+                log.warning("the kept cluster state differed from the store (%s); replaced", "; ".join(moved))
+        self.follower.kept = fresh
+        with self._write() as s:
+            changes.trim(s, now - FEED_KEPT_SECONDS)
+        return self.follower.view()
 
     def cycle(self) -> None:
         """Requests first (cancel, admin hold), then a plan over a fresh snapshot, applied in order."""
@@ -226,7 +254,8 @@ class Controller:
                 self._suspend(view, d)
         reserves = [d for d in decisions if isinstance(d, Reserve)]
         stale = {r.job_id for r in view.snapshot.reservations} - {d.job_id for d in reserves}
-        stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING_STATES}
+        if stale:
+            stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING}
         if reserves or stale:
             with self._write() as s:
                 now = time.time()
@@ -246,8 +275,10 @@ class Controller:
                 transitions.waiting_reasons(s, holds)
                 for r in rejects:
                     job = s.get(JobRow, r.job_id)
-                    if job is not None and job.state in WAITING_STATES:
+                    if job is not None and job.state in WAITING:
                         transitions.reject(s, job, r.reason, now)
+            for job_id, reason in holds.items():
+                view.jobs[job_id].reason = reason  # the kept row: a reason is not a change the feed carries
         if any(isinstance(d, Admit | Suspend | Reject) for d in decisions):
             self.ctx.changed.notify()
 
@@ -256,10 +287,10 @@ class Controller:
         for row in view.jobs.values():
             inst = view.current.get(row.id)
             if row.cancel_requested:
-                if row.state in WAITING_STATES:
+                if row.state in WAITING:
                     with self._write() as s:
                         job = s.get(JobRow, row.id)
-                        if job is not None and job.state in WAITING_STATES:
+                        if job is not None and job.state in WAITING:
                             transitions.cancel_waiting(s, job, time.time())
                     changed = True
                 elif row.state == "RUNNING" and inst is not None and inst.handle and inst.stop_kind is None:
@@ -328,7 +359,7 @@ class Controller:
         model_dir = self.model_dir(row.id, spec)
         with self._write() as s:
             job = s.get(JobRow, row.id)
-            if job is None or job.state not in WAITING_STATES or job.held or job.cancel_requested:
+            if job is None or job.state not in WAITING or job.held or job.cancel_requested:
                 return
             inst = transitions.begin_instance(
                 s, job, d.placement, resume, checkpoint, d.reason, time.time(), self.me

@@ -19,7 +19,7 @@ from hai_airflow.server import lease
 from hai_airflow.server.auth import authenticate
 from hai_airflow.server.capacity import node_usage
 from hai_airflow.server.errors import ApiError
-from hai_airflow.server.snapshot import WAITING_STATES
+from hai_airflow.server.snapshot import WAITING
 from hai_airflow.server.store import Store
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import priority_class
@@ -175,7 +175,7 @@ def _gauges() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, 
 
 
 def _queued(s: Session) -> Tally[tuple[str, str]]:
-    rows = s.execute(select(JobRow.max_schedule, JobRow.group_name).where(JobRow.state.in_(WAITING_STATES)))
+    rows = s.execute(select(JobRow.max_schedule, JobRow.group_name).where(JobRow.state.in_(WAITING)))
     return Tally((priority_class(max_schedule), group) for max_schedule, group in rows)
 
 

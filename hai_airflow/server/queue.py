@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from hai_airflow.scheduling import plan, weight
 from hai_airflow.scheduling.model import Admit, Hold, Reject
 from hai_airflow.server.auth import Caller
-from hai_airflow.server.snapshot import WAITING_STATES, planner_job, read_store
+from hai_airflow.server.snapshot import WAITING, planner_job, read_store
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.server.views import job_view, other_job_view
 from hai_airflow.spec import QueueEntryView, QueueJobView, WeightTermView
@@ -55,7 +55,7 @@ def queue_entries(
     now = time.time() if now is None else now
     view = read_store(session, policy)
     decisions = plan(view.snapshot, now)
-    waiting = [r for r in view.jobs.values() if r.state in WAITING_STATES]
+    waiting = [r for r in view.jobs.values() if r.state in WAITING]
     preempted_by = _last_preemptor(session, [r.id for r in waiting])
     entries: list[QueueEntryView] = []
 

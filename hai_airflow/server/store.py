@@ -15,6 +15,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from hai_airflow.server import changes
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_KEY = 0x4841_4953  # "HAIS": one PostgreSQL advisory lock for schema upgrades
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -100,6 +102,8 @@ class Store:
         self.dialect = self.engine.dialect.name
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self.engine.execution_options(hai_write=True), expire_on_commit=False)
+        for factory in (self._read, self._write):
+            changes.track(factory, postgres=not self.is_sqlite)
 
     @property
     def is_sqlite(self) -> bool:

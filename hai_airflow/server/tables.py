@@ -174,3 +174,19 @@ class SettingRow(Base):
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class ChangeRow(Base):
+    """The change feed: one row per transaction and thing it changed, in commit order (`server.changes`).
+
+    The controller keeps its cluster state by reading the rows after the last one it applied.
+    """
+
+    __tablename__ = "changes"
+    __table_args__ = ({"sqlite_autoincrement": True},)  # ids never reused once old rows are trimmed
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    """job (a job, its instances or its reservations), quota or nodes."""
+    job_id: Mapped[int | None] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)

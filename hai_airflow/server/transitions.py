@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.backends.base import Exit, Handle
 from hai_airflow.scheduling.model import Placement
+from hai_airflow.server import changes
 from hai_airflow.server.checkpoints import Checkpoint
-from hai_airflow.server.snapshot import WAITING_STATES, placement_to_json
+from hai_airflow.server.snapshot import WAITING, placement_to_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
 from hai_airflow.spec import TERMINAL_STATES
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
@@ -46,6 +47,7 @@ def move(
 
 def clear_reservations(s: Session, job_id: int) -> None:
     s.execute(delete(ReservationRow).where(ReservationRow.job_id == job_id))
+    changes.job_changed(s, job_id)
 
 
 def reserve(s: Session, job_id: int, placement: Placement, now: float) -> None:
@@ -236,7 +238,7 @@ def waiting_reasons(s: Session, reasons: dict[int, str]) -> None:
         for at in range(0, len(ids), UPDATE_CHUNK):
             s.execute(
                 update(JobRow)
-                .where(JobRow.id.in_(ids[at : at + UPDATE_CHUNK]), JobRow.state.in_(WAITING_STATES))
+                .where(JobRow.id.in_(ids[at : at + UPDATE_CHUNK]), JobRow.state.in_(WAITING))
                 .values(reason=reason)
                 .execution_options(synchronize_session=False)
             )

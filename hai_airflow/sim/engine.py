@@ -348,7 +348,8 @@ class Simulator:
 
     def _forget(self, job_id: int) -> None:
         del self._live[job_id]
-        self._state.job_ended(job_id)
+        self._state.job_left(job_id)
+        self._state.reservation_cleared(job_id)
         self._waiting.discard(job_id)
         self._high.discard(job_id)
 

@@ -1,0 +1,160 @@
+"""The controller's kept copy of the store: the planner's cluster state plus the job and instance rows
+the controller acts on, brought up to date by the store's change feed instead of re-read every cycle."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hai_airflow.scheduling.model import Reservation
+from hai_airflow.scheduling.state import ClusterState
+from hai_airflow.server import changes
+from hai_airflow.server.snapshot import (
+    StoreView,
+    current_instances,
+    nodes_of,
+    planner_job,
+    quota_of,
+    schedulable,
+    unfinished_jobs,
+)
+from hai_airflow.server.tables import InstanceRow, JobRow, ReservationRow
+from hai_airflow.spec import TERMINAL_STATES
+
+log = logging.getLogger("hai.server.follow")
+
+
+@dataclass
+class Kept:
+    """What a full read of the store gives; `StoreFollower` keeps one up to date."""
+
+    state: ClusterState
+    jobs: dict[int, JobRow]
+    """Every unfinished job's row, including admin-held ones the planner does not see."""
+    current: dict[int, InstanceRow]
+    """Current (not ended) instance by job id."""
+    last_change: int
+    """The newest change of the feed already applied."""
+
+    def view(self) -> StoreView:
+        return StoreView(snapshot=self.state.snapshot(), jobs=self.jobs, current=self.current)
+
+
+def read_all(session: Session, policy: str) -> Kept:
+    """The whole store, read once (at start, on taking the lease, and to check the kept copy)."""
+    last = changes.newest(session)  # first: a change committed during the read is applied again later
+    rows = unfinished_jobs(session)
+    current = current_instances(session)
+    jobs = (planner_job(r, current.get(r.id)) for r in rows if schedulable(r))
+    state = ClusterState.load(nodes_of(session), jobs, reservations_of(session), quota_of(session), policy)
+    return Kept(state, {r.id: r for r in rows}, current, last)
+
+
+def reservations_of(session: Session, job_ids: Iterable[int] | None = None) -> list[Reservation]:
+    query = select(ReservationRow).order_by(ReservationRow.id)
+    if job_ids is not None:
+        query = query.where(ReservationRow.job_id.in_(list(job_ids)))
+    return [Reservation(r.job_id, r.node, tuple(json.loads(r.gpus))) for r in session.scalars(query)]
+
+
+class StoreFollower:
+    """Keeps `Kept` in step with the store by applying the change feed; `view()` is one cycle's input."""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+        self.kept: Kept | None = None
+
+    def load(self, session: Session) -> None:
+        self.kept = read_all(session, self.policy)
+
+    def catch_up(self, session: Session) -> int:
+        """Apply the changes committed since the last one applied; returns how many were read."""
+        if self.kept is None:
+            self.load(session)
+            return 0
+        fresh = changes.since(session, self.kept.last_change)
+        if not fresh:
+            return 0
+        job_ids = {c.job_id for c in fresh if c.kind == changes.JOB and c.job_id is not None}
+        if any(c.kind == changes.QUOTA for c in fresh):
+            self.kept.state.quota_changed(quota_of(session))
+        if any(c.kind == changes.NODES for c in fresh):
+            self.kept.state.nodes_changed(nodes_of(session))
+        if job_ids:
+            self._refresh(session, job_ids)
+        self.kept.last_change = fresh[-1].id
+        return len(fresh)
+
+    def _refresh(self, session: Session, job_ids: set[int]) -> None:
+        """Read these jobs' rows, current instances and reservations again and apply them."""
+        assert self.kept is not None
+        kept, state = self.kept, self.kept.state
+        rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(sorted(job_ids))))}
+        current = current_instances(session, job_ids)
+        reserved: dict[int, list[Reservation]] = {}
+        for r in reservations_of(session, job_ids):
+            reserved.setdefault(r.job_id, []).append(r)
+        for job_id in sorted(job_ids):
+            row = rows.get(job_id)
+            if row is None or row.state in TERMINAL_STATES:
+                kept.jobs.pop(job_id, None)
+                kept.current.pop(job_id, None)
+                state.job_left(job_id)
+                state.reservation_cleared(job_id)
+                continue
+            kept.jobs[job_id] = row
+            inst = current.get(job_id)
+            if inst is None:
+                kept.current.pop(job_id, None)
+            else:
+                kept.current[job_id] = inst
+            if schedulable(row):
+                state.job_changed(planner_job(row, inst))
+            else:
+                state.job_left(job_id)
+            if job_id in reserved:
+                state.reserved(job_id, reserved[job_id])
+            else:
+                state.reservation_cleared(job_id)
+
+    def view(self) -> StoreView:
+        assert self.kept is not None, "catch_up() first"
+        return self.kept.view()
+
+
+def differences(kept: Kept, fresh: Kept) -> list[str]:
+    """Where a kept copy differs from a fresh read, in words (empty when they agree)."""
+    out: list[str] = []
+    a, b = kept.state, fresh.state
+    if a.nodes != b.nodes:
+        out.append("nodes")
+    if a.quota != b.quota:
+        out.append("quota")
+    if a.jobs != b.jobs:
+        ids = sorted(i for i in a.jobs.keys() | b.jobs.keys() if a.jobs.get(i) != b.jobs.get(i))
+        out.append(f"jobs {ids[:10]}")
+    if a.reservations != b.reservations:
+        out.append("reservations")
+    if kept.jobs.keys() != fresh.jobs.keys():
+        out.append("unfinished jobs")
+    if {j: i.id for j, i in kept.current.items()} != {j: i.id for j, i in fresh.current.items()}:
+        out.append("current instances")
+    if counted(a) != counted(b):
+        out.append("usage")
+    return out
+
+
+def counted(state: ClusterState) -> tuple[object, ...]:
+    """The usage's figures, without the zero counts a job that went away leaves behind."""
+    u = state.usage
+    return (
+        u.free,
+        u.buckets,
+        {k: v for k, v in u.user_high.items() if v},
+        {k: v for k, v in u.group_high.items() if v},
+    )

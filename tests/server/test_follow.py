@@ -1,0 +1,119 @@
+"""The controller's kept cluster state, changed only by the store's change feed, always equals a fresh
+read of the store: after every request and every controller step of random runs (real API, real
+controller, real processes, SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from hai_airflow.server import changes
+from hai_airflow.server.follow import differences, read_all
+from hai_airflow.server.tables import ChangeRow
+from tests.server.conftest import Api
+
+USERS = ("alice", "bob", "dave")
+PACKAGES = (454, 455, 456, 457)
+
+
+def check_kept(api: Api) -> None:
+    """The controller's kept copy, brought up to date by the feed alone, equals a full read."""
+    controller = api.controller
+    assert controller is not None
+    with api.ctx.store.read() as s:
+        controller.follower.catch_up(s)
+    kept = controller.follower.kept
+    assert kept is not None
+    with api.ctx.store.read() as s:
+        fresh = read_all(s, api.ctx.config.server.policy)
+    assert kept.last_change == fresh.last_change
+    assert differences(kept, fresh) == []
+
+
+def act(api: Api, rng: random.Random, jobs: list[int]) -> str:
+    """One random request a user or an admin could make."""
+    roll = rng.random()
+    if roll < 0.45 or not jobs:
+        user = rng.choice(USERS)
+        high = rng.random() < 0.4
+        body: dict[str, Any] = {
+            "resource_pkg": rng.choice(PACKAGES),
+            "cmd": rng.choice(("true", "sleep 30", "exit 3")),
+            "max_schedule": rng.choice((4, 8)) if high else 0,
+        }
+        if rng.random() < 0.2:
+            body = {"mode": "distributed", "cmd": "sleep 30", "max_schedule": body["max_schedule"]}
+        r = api.post("/jobs", user, json={"spec": api.spec(**body)})
+        assert r.status_code in (201, 409), r.text  # 409: over the high-priority quota
+        if r.status_code == 201:
+            jobs.append(r.json()["id"])
+        return f"submit {body}"
+    job_id = rng.choice(jobs)
+    if roll < 0.6:
+        api.post(f"/jobs/{job_id}/cancel", "admin")
+        return f"cancel {job_id}"
+    if roll < 0.72:
+        api.post(f"/jobs/{job_id}/suspend", "admin")
+        return f"hold {job_id}"
+    if roll < 0.82:
+        api.post(f"/jobs/{job_id}/resume", "admin")
+        return f"resume {job_id}"
+    if roll < 0.9:
+        api.post(f"/jobs/{job_id}/promote", "admin", json={"max_schedule": 8})
+        return f"promote {job_id}"
+    gpus = rng.choice((0, 8, 16, None))
+    r = api.put("/quotas/groups/vision", "admin", json={"gpus": gpus})
+    assert r.status_code == 200, r.text
+    return f"vision quota {gpus}"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: int) -> None:
+    rng = random.Random(seed)
+    controller = api.with_controller()
+    api.step()  # takes the lease and reads the store whole
+    resynced = controller._last_resync
+    jobs: list[int] = []
+    for _ in range(40):
+        what = act(api, rng, jobs)
+        api.step()
+        try:
+            check_kept(api)
+        except AssertionError as e:
+            raise AssertionError(f"after {what}: {e}") from e
+    # Every cycle above was planned from the feed, not from a full read.
+    assert controller._last_resync == resynced
+    with api.ctx.store.read() as s:
+        kinds = set(s.scalars(select(ChangeRow.kind)))
+        assert changes.newest(s) > 40
+    assert {changes.JOB, changes.QUOTA} <= kinds
+
+
+def test_a_change_made_by_another_server_reaches_the_kept_state(api_factory: Any) -> None:
+    """Two servers on one store: the API of the standby takes a job the active controller then runs."""
+    active, standby = api_factory(), api_factory()
+    active.with_controller()
+    active.step()
+    job = standby.submit("alice", cmd="true")
+    active.until_state(job["id"], "SUCCEEDED")
+    check_kept(active)
+
+
+def test_a_reservation_cleared_by_a_bare_delete_leaves_the_kept_state(api: Api) -> None:
+    """A preemptor held by an admin loses its reservation in a transaction that changes no row object."""
+    api.with_controller()
+    low = api.submit("alice", cmd="sleep 30", resource_pkg=457)
+    api.until_state(low["id"], "RUNNING")
+    high = api.submit("bob", cmd="sleep 30", resource_pkg=457, max_schedule=8, grace_seconds=20, elastic=True)
+    api.until(lambda: api.job(low["id"])["state"] == "SUSPENDING", what="the low job being suspended")
+    with api.ctx.store.read() as s:
+        assert api.controller is not None
+        api.controller.follower.catch_up(s)
+    assert api.controller.follower.view().snapshot.reservations, "the preemptor holds a reservation"
+    assert api.post(f"/jobs/{high['id']}/suspend", "admin").status_code == 200
+    api.step()
+    check_kept(api)
+    assert api.controller.follower.view().snapshot.reservations == ()
