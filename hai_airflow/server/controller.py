@@ -249,10 +249,26 @@ class Controller:
         if self._handle_requests(view):
             view = self.read()
         decisions = plan(view.snapshot, time.time())
+        suspends: list[Suspend] = []
+        reserves: list[Reserve] = []
+        admits: list[Admit] = []
+        rejects: list[Reject] = []
+        holds: dict[int, str] = {}
+        reasons = self.follower.reasons
         for d in decisions:
-            if isinstance(d, Suspend):
-                self._suspend(view, d)
-        reserves = [d for d in decisions if isinstance(d, Reserve)]
+            if isinstance(d, Hold):
+                if reasons.get(d.job_id) != d.reason:
+                    holds[d.job_id] = d.reason
+            elif isinstance(d, Admit):
+                admits.append(d)
+            elif isinstance(d, Suspend):
+                suspends.append(d)
+            elif isinstance(d, Reserve):
+                reserves.append(d)
+            else:
+                rejects.append(d)
+        for d in suspends:
+            self._suspend(view, d)
         stale = {r.job_id for r in view.snapshot.reservations} - {d.job_id for d in reserves}
         if stale:
             stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING}
@@ -263,12 +279,8 @@ class Controller:
                     transitions.reserve(s, d.job_id, d.placement, now)
                 for job_id in stale:
                     transitions.clear_reservations(s, job_id)
-        for d in decisions:
-            if isinstance(d, Admit):
-                self._admit(view, d)
-        holds = {d.job_id: d.reason for d in decisions if isinstance(d, Hold)}
-        holds = {j: r for j, r in holds.items() if view.jobs[j].reason != r}
-        rejects = [d for d in decisions if isinstance(d, Reject)]
+        for d in admits:
+            self._admit(view, d)
         if holds or rejects:
             with self._write() as s:
                 now = time.time()
@@ -278,14 +290,16 @@ class Controller:
                     if job is not None and job.state in WAITING:
                         transitions.reject(s, job, r.reason, now)
             for job_id, reason in holds.items():
-                view.jobs[job_id].reason = reason  # the kept row: a reason is not a change the feed carries
-        if any(isinstance(d, Admit | Suspend | Reject) for d in decisions):
+                # Kept as written: a reason is not a change the feed carries.
+                view.jobs[job_id].reason = reason
+                reasons[job_id] = reason
+        if admits or suspends or rejects:
             self.ctx.changed.notify()
 
     def _handle_requests(self, view: StoreView) -> bool:
         changed = False
-        for row in view.jobs.values():
-            inst = view.current.get(row.id)
+        for job_id in sorted(self.follower.requests):
+            row, inst = view.jobs[job_id], view.current.get(job_id)
             if row.cancel_requested:
                 if row.state in WAITING:
                     with self._write() as s:

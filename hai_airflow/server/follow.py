@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -40,6 +40,25 @@ class Kept:
     """Current (not ended) instance by job id."""
     last_change: int
     """The newest change of the feed already applied."""
+    reasons: dict[int, str | None] = field(default_factory=dict)
+    """Why each unfinished job waits, as stored (read often, so kept out of the ORM rows)."""
+    requests: set[int] = field(default_factory=set)
+    """Unfinished jobs with a cancel asked for or held by an admin: the controller acts on these."""
+
+    def keep(self, row: JobRow) -> None:
+        """Keep an unfinished job's row (and what is read from it every cycle)."""
+        self.jobs[row.id] = row
+        self.reasons[row.id] = row.reason
+        if row.cancel_requested or row.held:
+            self.requests.add(row.id)
+        else:
+            self.requests.discard(row.id)
+
+    def forget(self, job_id: int) -> None:
+        self.jobs.pop(job_id, None)
+        self.current.pop(job_id, None)
+        self.reasons.pop(job_id, None)
+        self.requests.discard(job_id)
 
     def view(self) -> StoreView:
         return StoreView(snapshot=self.state.snapshot(), jobs=self.jobs, current=self.current)
@@ -52,7 +71,10 @@ def read_all(session: Session, policy: str) -> Kept:
     current = current_instances(session)
     jobs = (planner_job(r, current.get(r.id)) for r in rows if schedulable(r))
     state = ClusterState.load(nodes_of(session), jobs, reservations_of(session), quota_of(session), policy)
-    return Kept(state, {r.id: r for r in rows}, current, last)
+    kept = Kept(state, {}, current, last)
+    for r in rows:
+        kept.keep(r)
+    return kept
 
 
 def reservations_of(session: Session, job_ids: Iterable[int] | None = None) -> list[Reservation]:
@@ -102,12 +124,11 @@ class StoreFollower:
         for job_id in sorted(job_ids):
             row = rows.get(job_id)
             if row is None or row.state in TERMINAL_STATES:
-                kept.jobs.pop(job_id, None)
-                kept.current.pop(job_id, None)
+                kept.forget(job_id)
                 state.job_left(job_id)
                 state.reservation_cleared(job_id)
                 continue
-            kept.jobs[job_id] = row
+            kept.keep(row)
             inst = current.get(job_id)
             if inst is None:
                 kept.current.pop(job_id, None)
@@ -126,6 +147,16 @@ class StoreFollower:
         assert self.kept is not None, "catch_up() first"
         return self.kept.view()
 
+    @property
+    def reasons(self) -> dict[int, str | None]:
+        assert self.kept is not None, "catch_up() first"
+        return self.kept.reasons
+
+    @property
+    def requests(self) -> set[int]:
+        assert self.kept is not None, "catch_up() first"
+        return self.kept.requests
+
 
 def differences(kept: Kept, fresh: Kept) -> list[str]:
     """Where a kept copy differs from a fresh read, in words (empty when they agree)."""
@@ -142,6 +173,11 @@ def differences(kept: Kept, fresh: Kept) -> list[str]:
         out.append("reservations")
     if kept.jobs.keys() != fresh.jobs.keys():
         out.append("unfinished jobs")
+    if kept.reasons != fresh.reasons:
+        moved = sorted(j for j in fresh.reasons if kept.reasons.get(j) != fresh.reasons[j])
+        out.append(f"reasons of jobs {moved[:10]}")
+    if kept.requests != fresh.requests:
+        out.append("requests")
     if {j: i.id for j, i in kept.current.items()} != {j: i.id for j, i in fresh.current.items()}:
         out.append("current instances")
     if counted(a) != counted(b):
