@@ -5,9 +5,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hai_airflow.scheduling.quota import high_gpus
 from hai_airflow.server.errors import not_found
-from hai_airflow.server.submission import quota_jobs
+from hai_airflow.server.submission import high_usage
 from hai_airflow.server.tables import GroupRow, UserRow
 from hai_airflow.spec import QuotaUsageView, QuotaView
 
@@ -16,7 +15,7 @@ def quota_view(session: Session, group: str, user: str | None = None) -> QuotaVi
     g = session.get(GroupRow, group)
     if g is None:
         raise not_found("group", group, fix="See `hai quota` for the groups you belong to")
-    per_user, per_group = high_gpus(quota_jobs(session))
+    per_user, per_group = high_usage(session)
     members = list(session.scalars(select(UserRow).where(UserRow.group_name == group).order_by(UserRow.name)))
     u = session.get(UserRow, user) if user is not None else None
     return QuotaView(

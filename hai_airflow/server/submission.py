@@ -7,21 +7,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from hai_airflow.scheduling import high_priority_allowed
-from hai_airflow.scheduling.model import Job
+from hai_airflow.scheduling.model import Quota
+from hai_airflow.scheduling.quota import QuotaVerdict, judge
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.paths import check_spec_paths, check_storage_owners
-from hai_airflow.server.snapshot import current_instances, planner_job, quota_of, unfinished_jobs
-from hai_airflow.server.tables import EventRow, JobRow
+from hai_airflow.server.tables import EventRow, GroupRow, InstanceRow, JobRow, UserRow
+from hai_airflow.server.views import job_view
 from hai_airflow.spec import (
+    TERMINAL_STATES,
     CpuJobSpec,
     DistributedJobSpec,
+    JobView,
     ResourcePackage,
     StandaloneJobSpec,
     SubmitRequest,
@@ -117,15 +119,45 @@ def check_references(
         )
 
 
-def quota_jobs(session: Session) -> list[Job]:
-    """Every unfinished job as the quota rule counts it (a waiting job being cancelled no longer counts)."""
-    rows = [
-        r
-        for r in unfinished_jobs(session)
-        if not (r.cancel_requested and r.state in ("PENDING", "SUSPENDED"))
-    ]
-    current = current_instances(session)
-    return [planner_job(r, current.get(r.id)) for r in rows]
+def _counted() -> ColumnElement[bool]:
+    """Jobs that use high-priority quota: unfinished, high priority, and not a waiting job being cancelled."""
+    waiting_cancelled = JobRow.cancel_requested.is_(True) & JobRow.state.in_(("PENDING", "SUSPENDED"))
+    return JobRow.state.not_in(TERMINAL_STATES) & (JobRow.max_schedule > 0) & ~waiting_cancelled
+
+
+def high_usage(
+    session: Session, user: str | None = None, group: str | None = None, exclude_job: int | None = None
+) -> tuple[dict[str, int], dict[str, int]]:
+    """High-priority GPUs in use per user and per group, as `high_gpus` counts them, in one query.
+
+    With `user` and `group`, only their jobs are summed (all a quota check needs); `exclude_job` is
+    the job being promoted, so it is not counted twice.
+    """
+    gpus = func.sum(JobRow.workers * JobRow.gpus_per_worker)
+    query = select(JobRow.user_name, JobRow.group_name, gpus).where(_counted())
+    if user is not None and group is not None:
+        query = query.where((JobRow.user_name == user) | (JobRow.group_name == group))
+    if exclude_job is not None:
+        query = query.where(JobRow.id != exclude_job)
+    per_user: dict[str, int] = {}
+    per_group: dict[str, int] = {}
+    for owner, owner_group, used in session.execute(query.group_by(JobRow.user_name, JobRow.group_name)):
+        per_user[owner] = per_user.get(owner, 0) + int(used or 0)
+        per_group[owner_group] = per_group.get(owner_group, 0) + int(used or 0)
+    return per_user, per_group
+
+
+def quota_verdict(
+    session: Session, user: str, group: str, gpus: int, exclude_job: int | None = None
+) -> QuotaVerdict:
+    """The quota rule (`judge`) for `gpus` more high-priority GPUs of `user` in `group`."""
+    per_user, per_group = high_usage(session, user, group, exclude_job)
+    user_row, group_row = session.get(UserRow, user), session.get(GroupRow, group)
+    quota = Quota(
+        groups={group: group_row.quota_gpus} if group_row is not None else {},
+        users={user: user_row.quota_gpus} if user_row is not None else {},
+    )
+    return judge(user, group, gpus, per_user.get(user, 0), per_group.get(group, 0), quota)
 
 
 def check_quota(
@@ -133,71 +165,63 @@ def check_quota(
 ) -> None:
     """Refuse (409) when high priority would exceed the user's or the group's quota."""
     ctx.store.lock_group(session, group)
-    verdict = high_priority_allowed(user, group, gpus, quota_jobs(session), quota_of(session), exclude_job)
+    verdict = quota_verdict(session, user, group, gpus, exclude_job)
     if not verdict.allowed:
         raise ApiError(409, f"high priority refused: {verdict.reason}", field="max_schedule", fix=QUOTA_FIX)
 
 
-def _own_key(caller: Caller, key: str) -> ColumnElement[bool]:
-    """A client_key names a job among its owner's jobs only: another user's same key is another job."""
-    return (JobRow.user_name == caller.name) & (JobRow.client_key == key)
-
-
 def _existing(session: Session, caller: Caller, key: str) -> JobRow | None:
-    """The caller's job submitted with `key`, if any."""
-    return session.scalar(select(JobRow).where(_own_key(caller, key)))
+    """The caller's job submitted with `key`, if any: a client_key names a job among its owner's jobs only."""
+    return session.scalar(select(JobRow).where(JobRow.user_name == caller.name, JobRow.client_key == key))
 
 
-def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[JobRow, bool]:
-    """Store the job as PENDING; returns (job, created). The same client_key returns the same job."""
+def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[JobView, bool]:
+    """Store the job as PENDING in one short write; returns (its view, created).
+
+    The same client_key returns the same job: the insert itself finds a known key (the store's unique
+    key per user), so a new job costs no lookup. It is inserted before the quota check so that a
+    retried submit gets its job back even when the quota is full by now; a refusal rolls it back.
+    """
     spec = request.spec
-    if request.client_key is not None:
-        with ctx.store.read() as s:
-            if (known := _existing(s, caller, request.client_key)) is not None:
-                return known, False
     check_references(ctx, caller, spec)
     res = resolve_resources(ctx, spec)
+    now = time.time()
+    row = JobRow(
+        task_name=spec.task_name,
+        mode=spec.mode,
+        user_name=caller.name,
+        group_name=caller.group,
+        state="PENDING",
+        max_schedule=spec.max_schedule,
+        spec=json.dumps(spec.model_dump(mode="json")),
+        client_key=request.client_key,
+        submitted_via=caller.via,
+        model_id=spec.model_id,
+        project_id=spec.project_id,
+        workers=res.workers,
+        gpus_per_worker=res.gpus_per_worker,
+        cpus_per_worker=res.cpus_per_worker,
+        memory_gb_per_worker=res.memory_gb_per_worker,
+        gpu_type=res.gpu_type,
+        elastic=spec.elastic,
+        submitted_at=now,
+        suspended_seconds=0.0,
+        runtime_seconds=0.0,
+        preemptions=0,
+        instance_count=0,
+        held=False,
+        cancel_requested=False,
+        reason="waiting for the scheduler",
+    )
+    priority = "high" if spec.max_schedule > 0 else "low"
+    what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
+    by = f", submitted by {caller.actor}" if caller.via else ""
     try:
         with ctx.store.write() as s:
-            if request.client_key is not None and (
-                (known := _existing(s, caller, request.client_key)) is not None
-            ):
-                return known, False
-            if spec.max_schedule > 0:
-                check_quota(ctx, s, caller.name, caller.group, res.gpus)
-            now = time.time()
-            row = JobRow(
-                task_name=spec.task_name,
-                mode=spec.mode,
-                user_name=caller.name,
-                group_name=caller.group,
-                state="PENDING",
-                max_schedule=spec.max_schedule,
-                spec=json.dumps(spec.model_dump(mode="json")),
-                client_key=request.client_key,
-                submitted_via=caller.via,
-                model_id=spec.model_id,
-                project_id=spec.project_id,
-                workers=res.workers,
-                gpus_per_worker=res.gpus_per_worker,
-                cpus_per_worker=res.cpus_per_worker,
-                memory_gb_per_worker=res.memory_gb_per_worker,
-                gpu_type=res.gpu_type,
-                elastic=spec.elastic,
-                submitted_at=now,
-                suspended_seconds=0.0,
-                runtime_seconds=0.0,
-                preemptions=0,
-                instance_count=0,
-                held=False,
-                cancel_requested=False,
-                reason="waiting for the scheduler",
-            )
             s.add(row)
             s.flush()
-            priority = "high" if spec.max_schedule > 0 else "low"
-            what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
-            by = f", submitted by {caller.actor}" if caller.via else ""
+            if spec.max_schedule > 0:
+                check_quota(ctx, s, caller.name, caller.group, res.gpus, exclude_job=row.id)
             s.add(
                 EventRow(
                     job_id=row.id,
@@ -209,14 +233,15 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
                     actor=caller.name,
                 )
             )
+            view = job_view(row, None, now)
     except IntegrityError:
-        # Another request with the same client_key won the race (PostgreSQL); answer with its job.
+        # The caller's key names a job already (or another request with it committed first).
         if request.client_key is None:
             raise
         with ctx.store.read() as s:
-            known = _existing(s, caller, request.client_key)
-        if known is None:
-            raise
-        return known, False
+            if (known := _existing(s, caller, request.client_key)) is None:
+                raise
+            current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
+            return job_view(known, current, time.time()), False
     ctx.wakeup.set()
-    return row, True
+    return view, True

@@ -7,12 +7,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from hai_airflow.scheduling import high_priority_allowed
 from hai_airflow.server import capacity, queue, quotas, submission
 from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.errors import ApiError, not_found
 from hai_airflow.server.routes.deps import CallerDep, CtxDep
-from hai_airflow.server.snapshot import quota_of
 from hai_airflow.server.tables import GroupRow, UserRow
 from hai_airflow.spec import NodeView, PrincipalName, QueueEntryView, QuotaView, ResourcePackageView
 
@@ -75,7 +73,7 @@ def check_quota(
     ctx: CtxDep, caller: CallerDep, gpus: Annotated[int, Query(ge=0, le=1_000_000)]
 ) -> dict[str, Any]:
     with ctx.store.read() as s:
-        v = high_priority_allowed(caller.name, caller.group, gpus, submission.quota_jobs(s), quota_of(s))
+        v = submission.quota_verdict(s, caller.name, caller.group, gpus)
     return {
         "allowed": v.allowed,
         "reason": v.reason,

@@ -52,8 +52,6 @@ class PromoteRequest(BaseModel):
     )
 
 
-
-
 def _states(state: str | None) -> list[str] | None:
     if state is None:
         return None
@@ -76,13 +74,10 @@ def submit_job(
     ctx: CtxDep,
     caller: CallerDep,
 ) -> JobView:
-    row, created = submission.submit(ctx, caller, body)
+    view, created = submission.submit(ctx, caller, body)
     if not created:
         response.status_code = 200
-    with ctx.store.read() as s:
-        fresh = s.get(JobRow, row.id)
-        assert fresh is not None
-        return view_of(s, fresh)
+    return view
 
 
 @router.get("/jobs")
@@ -211,9 +206,7 @@ def promote_job(
             submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude_job=row.id)
         old = row.max_schedule
         row.max_schedule = body.max_schedule
-        add_event(
-            s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller
-        )
+        add_event(s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller)
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))

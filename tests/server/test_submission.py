@@ -1,0 +1,115 @@
+"""Accepting a job in one write: the quota check's one aggregate query counts exactly what the
+scheduling rule `high_gpus` counts, and a known client_key is found by the insert itself."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from hai_airflow.scheduling.quota import high_gpus, judge
+from hai_airflow.server import submission
+from hai_airflow.server.config import parse_config
+from hai_airflow.server.provision import apply_config
+from hai_airflow.server.snapshot import planner_job, quota_of
+from hai_airflow.server.store import Store
+from hai_airflow.server.tables import JobRow
+from hai_airflow.spec import TERMINAL_STATES
+from tests.server.conftest import Api
+from tests.server.test_api import error_of, job_count
+from tests.support.live_server import TEST_CONFIG
+
+STATES = ("PENDING", "STARTING", "RUNNING", "SUSPENDING", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED")
+OWNERS = (("alice", "vision"), ("bob", "vision"), ("dave", "nlp"), ("alice", "nlp"))
+"""alice also has a job filed under another group (she moved): her personal usage counts it."""
+
+
+def _row(state: str, high: bool, cancel: bool, owner: tuple[str, str], workers: int) -> JobRow:
+    return JobRow(
+        task_name="t", mode="distributed" if workers > 1 else "standalone", user_name=owner[0],
+        group_name=owner[1], state=state, max_schedule=4 if high else 0, spec="{}", submitted_via=None,
+        workers=workers, gpus_per_worker=2, cpus_per_worker=1.0, memory_gb_per_worker=1.0, gpu_type="V100",
+        elastic=False, submitted_at=0.0, suspended_seconds=0.0, runtime_seconds=0.0, preemptions=0,
+        instance_count=0, held=False, cancel_requested=cancel, reason="",
+    )  # fmt: skip
+
+
+def _expected(rows: list[JobRow], exclude: int | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """The rule as the planner states it: every unfinished job but a waiting one being cancelled."""
+    counted = [
+        planner_job(r, None)
+        for r in rows
+        if r.state not in TERMINAL_STATES
+        and not (r.cancel_requested and r.state in ("PENDING", "SUSPENDED"))
+        and r.id != exclude
+    ]
+    return high_gpus(counted)
+
+
+@pytest.fixture
+def store(db_url: str) -> Store:
+    store = Store(db_url)
+    store.migrate()
+    config = parse_config(TEST_CONFIG)
+    apply_config(store, config, list(config.nodes))
+    return store
+
+
+def test_usage_counts_unfinished_high_jobs_but_not_waiting_cancelled_ones(store: Store) -> None:
+    combos = itertools.product(STATES, (False, True), (False, True), OWNERS, (1, 3))
+    try:
+        with store.write() as s:
+            rows = [_row(*c) for c in combos]
+            s.add_all(rows)
+            s.flush()
+            ids = [r.id for r in rows]
+        with store.read() as s:
+            rows = [r for r in (s.get(JobRow, i) for i in ids) if r is not None]
+            expected = _expected(rows)
+            assert submission.high_usage(s) == expected
+            assert expected[0]["alice"] > 0 and expected[1]["nlp"] > 0  # the table is not trivially empty
+            # A check for one user and group sums only theirs, and leaves out the job being promoted.
+            promoted = next(r for r in rows if r.user_name == "alice" and r.max_schedule > 0
+                            and r.state == "RUNNING" and not r.cancel_requested)  # fmt: skip
+            user, group = submission.high_usage(s, "alice", "vision", exclude_job=promoted.id)
+            all_user, all_group = _expected(rows, exclude=promoted.id)
+            assert (user["alice"], group["vision"]) == (all_user["alice"], all_group["vision"])
+            assert user["alice"] == expected[0]["alice"] - promoted.workers * promoted.gpus_per_worker
+            # The verdict is the rule's `judge` on that usage and the stored limits.
+            for gpus in (0, 1, 100):
+                assert submission.quota_verdict(s, "alice", "vision", gpus) == judge(
+                    "alice", "vision", gpus, expected[0]["alice"], expected[1]["vision"], quota_of(s)
+                )
+    finally:
+        store.dispose()
+
+
+def test_finished_and_low_jobs_use_no_quota(store: Store) -> None:
+    try:
+        with store.write() as s:
+            s.add_all(
+                [_row("SUCCEEDED", True, False, OWNERS[0], 1), _row("RUNNING", False, False, OWNERS[0], 3)]
+            )
+        with store.read() as s:
+            assert submission.high_usage(s) == ({}, {})
+            verdict = submission.quota_verdict(s, "alice", "vision", 8)
+            assert verdict.allowed and (verdict.user_used, verdict.user_limit) == (8, 8)
+            assert not submission.quota_verdict(s, "alice", "vision", 9).allowed
+    finally:
+        store.dispose()
+
+
+def test_a_retried_high_priority_submit_gets_its_job_back_though_the_quota_is_now_full(api: Api) -> None:
+    first = api.submit(client_key="k-1", resource_pkg=457, max_schedule=4)  # alice: 8/8
+    again = api.submit(client_key="k-1", expect=200, resource_pkg=457, max_schedule=4)
+    assert again["id"] == first["id"] and again["state"] == first["state"] == "PENDING"
+    # A new job over the quota is refused, and the row inserted to check it is gone with the refusal.
+    error_of(api.post("/jobs", "alice", json={"spec": api.spec(max_schedule=4), "client_key": "k-2"}), 409)
+    assert job_count(api) == 1
+    assert api.submit(client_key="k-2")["id"] != first["id"]  # the key is free: low priority is allowed
+
+
+def test_the_answer_to_a_submit_is_the_stored_job(api: Api) -> None:
+    submitted = api.submit(client_key="k-1", max_schedule=4)
+    shown = api.get(f"/jobs/{submitted['id']}", "alice").json()
+    assert {k: shown[k] for k in submitted} == submitted
