@@ -264,6 +264,7 @@ class Trial:
             self.undo()
 
     def save(self, f: NodeFree) -> None:
+        """Keep the node as it is now, unless the trial already changed it."""
         if f.ordinal not in self.saved:
             self.saved[f.ordinal] = SavedNode(f, tuple(f.gpus), f.cpus, f.memory_gb, f.blocked)
 

@@ -187,6 +187,7 @@ class Cycle:
         return Held(reason)
 
     def never_fits(self, shape: Shape) -> str | None:
+        """Reject rule (`placement.never_fits`), asked once per shape: it reads the nodes alone."""
         known = self.rejections
         if shape not in known:
             known[shape] = never_fits(self.layout.kinds, shape)
@@ -261,6 +262,7 @@ class Cycle:
     # ---- decisions ------------------------------------------------------------------------------
 
     def admit(self, job: Job, placement: Placement, how: str) -> None:
+        """Start (or resume) the job on the placement; it counts against quota from now on."""
         verb = "resumes" if job.state == "SUSPENDED" else "starts"
         where = describe_placement(placement)
         self.decisions.append(Admit(job.id, placement, job.state == "SUSPENDED",
@@ -273,6 +275,7 @@ class Cycle:
             count_high(self.user_used, self.group_used, job)
 
     def hold(self, job: Job, held: Held) -> None:
+        """The job waits; its position counts held jobs from 1 in queue order."""
         self.held += 1
         self.decisions.append(Hold(job.id, held.reason, self.held, held.blocked_by))
 

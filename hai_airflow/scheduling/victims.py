@@ -14,7 +14,6 @@ MAX_SET_CANDIDATES = 64
 """Bound on a victim-set search: at most this many compatible jobs are considered together."""
 
 
-
 @dataclass(frozen=True, slots=True)
 class NodeRelease:
     """What suspending a job gives back on one node."""
@@ -25,7 +24,7 @@ class NodeRelease:
     memory_gb: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Freed:
     """Resources chosen victims would give back on one node, summed."""
 
@@ -33,11 +32,15 @@ class Freed:
     cpus: float = 0.0
     memory_gb: float = 0.0
 
-    def plus(self, r: NodeRelease) -> Freed:
-        return Freed(self.gpus + r.gpus, self.cpus + r.cpus, self.memory_gb + r.memory_gb)
+    def add(self, r: NodeRelease) -> None:
+        self.gpus += r.gpus
+        self.cpus += r.cpus
+        self.memory_gb += r.memory_gb
 
-    def minus(self, r: NodeRelease) -> Freed:
-        return Freed(self.gpus - r.gpus, self.cpus - r.cpus, self.memory_gb - r.memory_gb)
+    def remove(self, r: NodeRelease) -> None:
+        self.gpus -= r.gpus
+        self.cpus -= r.cpus
+        self.memory_gb -= r.memory_gb
 
 
 @dataclass(slots=True)
@@ -173,22 +176,24 @@ class RoomWithVictims:
 
     def add(self, victim: Job) -> None:
         """Count the victim's release."""
-        self.room += self._shift(victim, Freed.plus)
+        self.room += self._shift(victim, Freed.add)
 
     def without(self, victim: Job) -> int:
         """Stop counting the victim's release; the room it took away."""
-        gained = self._shift(victim, Freed.minus)
+        gained = self._shift(victim, Freed.remove)
         self.room += gained
         return -gained
 
-    def _shift(self, victim: Job, change: Callable[[Freed, NodeRelease], Freed]) -> int:
+    def _shift(self, victim: Job, change: Callable[[Freed, NodeRelease], None]) -> int:
         gained = 0
         for r in self.releases[victim.id]:
             if in_pool(r.node, self.pool):
-                before = self.freed.get(r.node.ordinal, Freed())
-                after = change(before, r)
-                self.freed[r.node.ordinal] = after
-                gained += room_gain(r.node, after, self.shape) - room_gain(r.node, before, self.shape)
+                freed = self.freed.get(r.node.ordinal)
+                if freed is None:
+                    freed = self.freed[r.node.ordinal] = Freed()
+                before = room_gain(r.node, freed, self.shape)
+                change(freed, r)
+                gained += room_gain(r.node, freed, self.shape) - before
         return gained
 
 
