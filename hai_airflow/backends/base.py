@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,6 +56,10 @@ class Exit:
 
 class Backend(Protocol):
     name: str
+    on_exit: Callable[[], None] | None
+    """Set by the backend's owner: called, from any thread, as soon as the backend learns that an
+    instance ended, so the owner calls `poll()` at once instead of on its next tick. Backends that
+    learn of exits only inside `poll()` never call it."""
 
     def inventory(self) -> list[Node] | None:
         """Nodes detected by the backend (nvidia-smi, the Kubernetes API); None = use the config."""

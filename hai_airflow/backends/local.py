@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
 import math
 import os
+import select
 import shlex
 import signal
 import socket
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +80,11 @@ class LocalOptions(BaseModel):
         "to the other workers.",
     )
     watch_interval_seconds: float = Field(
-        default=0.2, gt=0, le=10, description="How often running workers are checked."
+        default=0.2,
+        gt=0,
+        le=10,
+        description="How often running workers are checked besides the moment one exits (a worker "
+        "adopted after a restart whose exit cannot be waited for is seen this late).",
     )
     git_timeout_seconds: float = Field(default=600, gt=0, description="Limit for one git checkout.")
     path: str | None = Field(
@@ -193,6 +199,9 @@ class LocalBackend:
         self._ended: list[Exit] = []
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._wake_pipe: tuple[int, int] | None = None
+        """Written to when the watcher must look again at once: a new instance, or closing."""
+        self.on_exit: Callable[[], None] | None = None
 
     # ---- Backend protocol -------------------------------------------------------------------
 
@@ -283,7 +292,7 @@ class LocalBackend:
             inst.kill_at = min(inst.kill_at or math.inf, deadline)
 
     def poll(self) -> list[Exit]:
-        self._sweep()
+        self._sweep(notify=False)
         with self._lock:
             ended, self._ended = self._ended, []
         return ended
@@ -330,6 +339,7 @@ class LocalBackend:
 
     def close(self) -> None:
         self._closing.set()
+        self._wake()
         if self._watcher is not None:
             self._watcher.join()
             self._watcher = None
@@ -443,25 +453,68 @@ class LocalBackend:
     def _ensure_watcher(self) -> None:
         with self._lock:
             if self._watcher is not None and self._watcher.is_alive():
+                self._wake()  # a new worker to wait for
                 return
             self._closing.clear()
-            self._watcher = threading.Thread(target=self._watch, name="hai-local-backend", daemon=True)
+            self._wake_pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self._watcher = threading.Thread(
+                target=self._watch, args=(self._wake_pipe,), name="hai-local-backend", daemon=True
+            )
             self._watcher.start()
 
-    def _watch(self) -> None:
-        while not self._closing.wait(self.options.watch_interval_seconds):
-            try:
-                self._sweep()
-            except Exception:
-                log.exception("checking local workers failed; retrying")
+    def _wake(self) -> None:
+        with self._lock:
+            if self._wake_pipe is not None:
+                with contextlib.suppress(OSError):  # full (it wakes the watcher all the same) or closed
+                    os.write(self._wake_pipe[1], b"\0")
 
-    def _sweep(self) -> None:
+    def _watch(self, wake_pipe: tuple[int, int]) -> None:
+        """Sweep the moment a worker exits (its pidfd becomes readable), else every watch interval."""
+        exits = _ExitWaits()
+        try:
+            while not self._closing.is_set():
+                with self._lock:
+                    waits = exits.watch(w for inst in self._instances.values() for w in inst.workers)
+                    timeout = self._next_timeout(time.monotonic())
+                poller = select.poll()
+                poller.register(wake_pipe[0], select.POLLIN)
+                for fd in waits:
+                    poller.register(fd, select.POLLIN)
+                ready = [fd for fd, _ in poller.poll(timeout * 1000)]
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_pipe[0], 4096)
+                if self._closing.is_set():
+                    break
+                try:
+                    self._sweep()
+                except Exception:
+                    log.exception("checking local workers failed; retrying")
+                exits.fired(fd for fd in ready if fd != wake_pipe[0])
+        finally:
+            exits.close()
+            with self._lock:
+                if self._wake_pipe == wake_pipe:
+                    self._wake_pipe = None
+                os.close(wake_pipe[0])
+                os.close(wake_pipe[1])
+
+    def _next_timeout(self, now: float) -> float:
+        """Seconds until the watcher must look without being woken: the interval, or a kill that falls due."""
+        due = [i.kill_at - now for i in self._instances.values() if i.kill_at is not None and not i.ended]
+        return max(0.0, min([self.options.watch_interval_seconds, *due]))
+
+    def _sweep(self, notify: bool = True) -> None:
+        """Check every instance; with `notify`, tell the owner (`on_exit`) when one has ended."""
         now = time.monotonic()
         with self._lock:
+            before = len(self._ended)
             for inst in self._instances.values():
                 ended = self._advance(inst, now)
                 if ended is not None:
                     self._ended.append(ended)
+            ended_now = len(self._ended) > before
+        if notify and ended_now and self.on_exit is not None:
+            self.on_exit()
 
     def _advance(self, inst: _Instance, now: float) -> Exit | None:
         """Check the instance's workers, stop the rest after a failure or a grace; its Exit once all ended."""
@@ -508,6 +561,63 @@ class LocalBackend:
         if inst is None:
             raise KeyError(f"instance {instance_id} is not known to the local backend")
         return inst
+
+
+class _ExitWaits:
+    """A pidfd per running worker (Linux 5.3+): it becomes readable the moment the worker exits.
+
+    Where there is none (another OS, an old kernel, a worker that is not ours to open), the worker is
+    seen by the watcher's timer instead.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[tuple[int, int], int] = {}
+        """(pid, start time) of a worker -> its pidfd; a reused pid is another worker."""
+        self._spent: set[tuple[int, int]] = set()
+        """Workers whose pidfd fired yet who stayed running by `_check`'s account: left to the timer."""
+
+    def watch(self, workers: Iterator[_Worker]) -> list[int]:
+        """The pidfds to wait on for the workers still running (the backend's lock held)."""
+        running = {(w.pid, w.started): w for w in workers if not w.done}
+        for key in [k for k in self._fds if k not in running]:
+            os.close(self._fds.pop(key))
+        self._spent &= running.keys()
+        for key, w in running.items():
+            if key in self._fds or key in self._spent:
+                continue
+            fd = _pidfd(w)
+            if fd is None:
+                self._spent.add(key)
+            else:
+                self._fds[key] = fd
+        return list(self._fds.values())
+
+    def fired(self, fds: Iterator[int]) -> None:
+        """Stop waiting on pidfds that fired: their workers were swept (and are dropped next time), or
+        did not end by `_check`'s account, so only the timer will see them end."""
+        fired = set(fds)
+        for key, fd in list(self._fds.items()):
+            if fd in fired:
+                self._spent.add(key)
+                os.close(self._fds.pop(key))
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _pidfd(w: _Worker) -> int | None:
+    """A pidfd for the worker's process; None where pidfds are missing or it is not the one started."""
+    try:
+        fd = os.pidfd_open(w.pid)
+    except (AttributeError, OSError):
+        return None
+    # Our unreaped child cannot have been replaced; an adopted worker's pid could name another process.
+    if w.popen is None and not procs.is_alive(w.pid, w.started):
+        os.close(fd)
+        return None
+    return fd
 
 
 def worker_log_path(log_path: Path, rank: int) -> Path:

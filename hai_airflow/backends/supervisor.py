@@ -108,6 +108,9 @@ def kill_tree(root: int, sig: int, reap: bool = False, seconds: float = KILL_TRE
     Re-scanning catches what forked meanwhile: a child of a killed process is adopted by the subreaper
     `root` and found by the next scan. With `reap`, `root` is this process and reaps its own children.
     """
+    if reap and not _has_children():
+        # Every process below a subreaper is its child or below one, so none is left: no scan of /proc.
+        return True
     deadline = time.monotonic() + seconds
     while True:
         pids = descendants(root)
@@ -123,6 +126,15 @@ def kill_tree(root: int, sig: int, reap: bool = False, seconds: float = KILL_TRE
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
+
+
+def _has_children() -> bool:
+    """True while this process has a child, running or not yet reaped."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
 
 
 class _Ending:
