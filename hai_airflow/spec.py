@@ -264,9 +264,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-def priority_class(max_schedule: int) -> PriorityClass:
+def is_high(max_schedule: int) -> bool:
     """`max_schedule > 0` is high priority, `0` is low (the platform document's rule)."""
-    return "high" if max_schedule > 0 else "low"
+    return max_schedule > 0
+
+
+def priority_class(max_schedule: int) -> PriorityClass:
+    return "high" if is_high(max_schedule) else "low"
 
 
 # --------------------------------------------------------------------------------------------
@@ -663,8 +667,3 @@ class ResourcePackageView(ResourcePackage):
     model_config = ConfigDict(extra="ignore", frozen=True)
     startable_now: int = Field(default=0, description="How many such workers could start now.")
 
-
-class ErrorView(_View):
-    error: str
-    field: str | None = None
-    fix: str | None = None

@@ -126,7 +126,6 @@ class KubernetesBackend(ServedLogs):
         self._instances: dict[int, _Instance] = {}
         self._pods: dict[str, PodState] = {}
         self._ended_logs: dict[int, Path] = {}
-        self._synced = threading.Event()
         self._closing = threading.Event()
         self._resource_version: str | None = None
         self._watcher: threading.Thread | None = None
@@ -317,7 +316,6 @@ class KubernetesBackend(ServedLogs):
             for state in self._pods.values():
                 self._remember(state)
             self._resource_version = listed.metadata.resource_version
-        self._synced.set()
 
     def _watch(self) -> None:
         while not self._closing.is_set():
@@ -656,10 +654,6 @@ class KubernetesBackend(ServedLogs):
             label = (meta.get("labels") or {}).get(m.LABEL_INSTANCE)
             out[meta["name"]] = int(label) if label and label.isdigit() else None
         return out
-
-    def wait_synced(self, timeout: float = 10) -> bool:
-        """True once the pod cache has been filled from the API (tests and start-up use it)."""
-        return self._synced.wait(timeout)
 
     def close(self) -> None:
         self._closing.set()

@@ -15,7 +15,7 @@ from hai_airflow.cli.jobspec import MaxScheduleOption
 from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
 from hai_airflow.client import HaiClient
-from hai_airflow.spec import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobView
+from hai_airflow.spec import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobView, is_high
 
 SUSPENDED = frozenset({"SUSPENDED"})
 HIGH_CHOICES = "|".join(str(c) for c in MAX_SCHEDULE_CHOICES if c > 0)
@@ -31,7 +31,7 @@ def promote(
 ) -> None:
     """Make low-priority tasks high priority, within your quota (e.g. after a high one finished)."""
     chosen = task_ids(ids, task_id, "promote")
-    if max_schedule not in MAX_SCHEDULE_CHOICES or max_schedule == 0:
+    if max_schedule not in MAX_SCHEDULE_CHOICES or not is_high(max_schedule):
         usage_error(
             f"--max-schedule must be one of {HIGH_CHOICES} to promote (hours; more than 0 = high priority)"
         )

@@ -33,6 +33,7 @@ from hai_airflow.spec import (
     PriorityClass,
     ResourcePackageView,
     StandaloneJobSpec,
+    is_high,
 )
 from hai_airflow.triggers.checkpoint import checkpoint_step
 from hai_airflow.triggers.job import HaiJobEvent, HaiJobTrigger, describe_transition, is_done
@@ -305,7 +306,7 @@ class BaseHaiJobOperator(BaseOperator):
         gpus = self.declared_gpus()
         if self._pool_given or self.resource_group is None or self.on_over_quota != "wait":
             return
-        if not isinstance(self.max_schedule, int) or self.max_schedule <= 0 or not gpus:
+        if not isinstance(self.max_schedule, int) or not is_high(self.max_schedule) or not gpus:
             return
         self.pool = pool_name(self.resource_group)
         self.pool_slots = gpus

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import TypeAdapter, ValidationError
 
 from hai_airflow.scheduling.weight import deadline_at
-from hai_airflow.spec import JobDetailView, JobSpec, QueueEntryView
+from hai_airflow.spec import JobDetailView, JobSpec, QueueEntryView, is_high
 
 _SPEC: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 
@@ -54,7 +54,7 @@ def start_estimate(entry: QueueEntryView, blocker: JobDetailView | None) -> Star
     free_at = blocker_free_at(blocker) if blocker is not None else None
     if free_at is not None and blocker is not None:
         return StartEstimate("grace", free_at, f"when job {blocker.id} has been suspended (grace period)")
-    if entry.job.max_schedule > 0:
+    if is_high(entry.job.max_schedule):
         promised = deadline_at(entry.job.submitted_at.timestamp(), entry.job.max_schedule)
         target = datetime.fromtimestamp(promised, tz=entry.job.submitted_at.tzinfo or UTC)
         return StartEstimate("promise", target, f"max_schedule {entry.job.max_schedule} h")

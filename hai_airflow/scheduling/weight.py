@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hai_airflow.scheduling.model import Job
+from hai_airflow.spec import is_high
 
 HIGH_BASE = 1e9
 """Added to every high-priority score so any high job outranks any low one (fits Airflow's int32)."""
@@ -56,7 +57,7 @@ def queue_key(job: Job, now: float) -> tuple[float | int, ...]:
        was suspended resumes before newer work;
     4. tie-break: job id.
     """
-    if job.max_schedule > 0:
+    if is_high(job.max_schedule):
         return (0, deadline(job), job.id)
     return (1, -(now - job.submitted_at + LOST_WORK_FACTOR * lost_seconds(job, now)), job.id)
 
@@ -70,7 +71,7 @@ def weight(job: Job, now: float) -> Weight:
     key = queue_key(job, now)
     waited = now - job.submitted_at
     terms: tuple[WeightTerm, ...]
-    if job.max_schedule > 0:
+    if is_high(job.max_schedule):
         overdue = now - deadline(job)
         terms = (
             WeightTerm("priority class", HIGH_BASE, "high priority (max_schedule > 0)"),

@@ -23,6 +23,7 @@ from hai_airflow.scheduling.model import (
 )
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.sim.trace import Trace, TraceJob
+from hai_airflow.spec import is_high
 
 DEFAULT_CHECKPOINT_INTERVAL = 1800.0
 SETTLE_LIMIT = 10_000
@@ -211,10 +212,10 @@ class Simulator:
     # ---- events ----------------------------------------------------------------------------
 
     def _arrive(self, job: TraceJob, now: float) -> None:
-        high = job.max_schedule > 0
+        high = is_high(job.max_schedule)
         downgraded = high and not self._quota_allows(job)
         max_schedule = 0 if downgraded else job.max_schedule
-        out = JobOutcome(job=job, high=max_schedule > 0, downgraded=downgraded)
+        out = JobOutcome(job=job, high=is_high(max_schedule), downgraded=downgraded)
         self._outcomes.append(out)
         live = _Live(out=out, max_schedule=max_schedule)
         self._live[job.id] = live

@@ -37,6 +37,7 @@ from hai_airflow.spec import (
     PrincipalName,
     StoreId,
     SubmitRequest,
+    is_high,
 )
 
 router = APIRouter()
@@ -201,7 +202,7 @@ def promote_job(
         require_unfinished(row, "promote")
         if row.cancel_requested:
             raise ApiError(409, f"job {job_id} is being cancelled", field="job_id", fix="Submit a new job")
-        if row.max_schedule == 0:
+        if not is_high(row.max_schedule):
             gpus = row.workers * row.gpus_per_worker
             submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude_job=row.id)
         old = row.max_schedule
