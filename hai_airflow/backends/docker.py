@@ -6,7 +6,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,8 @@ class DockerBackend(ServedLogs):
     """Runs instances as containers of one engine; `poll` reports those whose workers have all exited."""
 
     name = "docker"
+    on_exit: Callable[[], None] | None = None
+    """Never called: exits are learnt inside `poll()`."""
 
     def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
         self.options = cfg.DockerOptions.model_validate(dict(options or {}))

@@ -7,7 +7,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,8 @@ class KubernetesBackend(ServedLogs):
     """
 
     name = "kubernetes"
+    on_exit: Callable[[], None] | None = None
+    """Never called: exits are learnt inside `poll()`."""
 
     def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
         self.options = m.KubernetesOptions.model_validate(dict(options or {}))

@@ -57,6 +57,8 @@ class Controller:
     def __init__(self, ctx: ServerContext, backend: Backend, lease_seconds: float = lease.LEASE_SECONDS):
         self.ctx = ctx
         self.backend = backend
+        # An exit frees GPUs: plan at once rather than on the next poll.
+        backend.on_exit = ctx.wakeup.set
         self.me = ctx.holder_id
         self.lease_seconds = lease_seconds
         self.active = False
