@@ -20,7 +20,8 @@ DB_RECHECK_SECONDS = 1.0
 """How often a long-poll or a followed log looks at the store again (another process may change it)."""
 
 
-def _ctx(request: Request) -> ServerContext:
+async def _ctx(request: Request) -> ServerContext:
+    # async: FastAPI would run a plain function in the thread pool, a hop per request for an attribute.
     ctx: ServerContext = request.app.state.ctx
     return ctx
 
