@@ -67,8 +67,9 @@ def digest(case: Case, policy: str, scratch: Path) -> tuple[str, int]:
         for d in decisions:
             h.update(f"{d!r}\n".encode())
 
-    Simulator(trace, policy, suspend_delay=case.suspend_delay, cycle_interval=case.cycle_interval,
-              observe=observe).run()
+    Simulator(
+        trace, policy, suspend_delay=case.suspend_delay, cycle_interval=case.cycle_interval, observe=observe
+    ).run()
     return h.hexdigest(), cycles
 
 
@@ -80,19 +81,28 @@ def hashes(cases: Sequence[Case], policies: Sequence[str]) -> dict[str, dict[str
                 began = time.perf_counter()
                 value, cycles = digest(case, policy, Path(tmp))
                 out.setdefault(case.name, {})[policy] = value
-                print(f"{case.name:28} {policy:16} {value[:16]}  {cycles} cycles, "
-                      f"{time.perf_counter() - began:.1f} s", flush=True)
+                print(
+                    f"{case.name:28} {policy:16} {value[:16]}  {cycles} cycles, "
+                    f"{time.perf_counter() - began:.1f} s",
+                    flush=True,
+                )
     return out
 
 
 def differences(found: dict[str, dict[str, str]], recorded: dict[str, dict[str, str]]) -> list[str]:
     """The cases whose hash differs from the recorded one (a case never recorded counts as different)."""
-    return [f"{case}/{policy}" for case, per in found.items() for policy, value in per.items()
-            if recorded.get(case, {}).get(policy) != value]
+    return [
+        f"{case}/{policy}"
+        for case, per in found.items()
+        for policy, value in per.items()
+        if recorded.get(case, {}).get(policy) != value
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--large", action="store_true", help="also the 10,000-job benchmark trace (minutes)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a hash differs from decisions.json")
     parser.add_argument("--write", action="store_true", help="record the hashes in decisions.json")
@@ -105,7 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded in {RECORDED.name}")
         return 0
     moved = differences(found, recorded)
-    print("every decision as recorded" if not moved else f"decisions differ from {RECORDED.name}: {', '.join(moved)}")
+    print(
+        "every decision as recorded"
+        if not moved
+        else f"decisions differ from {RECORDED.name}: {', '.join(moved)}"
+    )
     return 1 if moved and args.check else 0
 
 
