@@ -14,6 +14,23 @@ from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 AnyJobSpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
 
 
+NOTICE_NAME = "preempt-notice"
+"""The file in an instance's work dir whose appearance tells an elastic job to save and exit."""
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """What the platform tells a job about itself; `Launch.env` spells it as the HAI_* variables."""
+
+    user: str
+    group: str
+    model_dir: Path
+    """Where the job saves its model and checkpoints, as the server resolved it."""
+    resume: bool = False
+    """A later instance of the job: it should resume from its latest checkpoint."""
+    latest_checkpoint: str | None = None
+
+
 @dataclass(frozen=True)
 class Launch:
     """Everything a backend needs to start one instance of a job."""
@@ -22,8 +39,7 @@ class Launch:
     instance_id: int
     spec: AnyJobSpec
     placement: Placement
-    env: Mapping[str, str]
-    """ARCHITECTURE.md section 4 variables common to all workers (rank variables are the backend's)."""
+    job: JobEnvironment
     log_path: Path
     """Where the instance's combined log must end up."""
     work_dir: Path
@@ -33,6 +49,31 @@ class Launch:
     grace_seconds: int = 0
     paths: PathRules | None = None
     """The path rule of the job's owner, for the backend's check right before it mounts anything."""
+
+    @property
+    def notice_path(self) -> Path:
+        return self.work_dir / NOTICE_NAME
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The job environment contract: the variables every process of every worker gets (the
+        backend adds the rank variables, `workerenv`, and may say where paths are inside a container)."""
+        job = self.job
+        env = {
+            "HAI_JOB_ID": str(self.job_id),
+            "HAI_INSTANCE_ID": str(self.instance_id),
+            "HAI_TASK_NAME": self.spec.task_name,
+            "HAI_USER": job.user,
+            "HAI_GROUP": job.group,
+            "HAI_MODEL_DIR": str(job.model_dir),
+            "HAI_CHECKPOINT_DIR": str(job.model_dir),
+            "HAI_RESUME": "1" if job.resume else "0",
+            "HAI_PREEMPT_NOTICE": str(self.notice_path),
+        }
+        if job.latest_checkpoint:
+            env["HAI_LATEST_CHECKPOINT"] = job.latest_checkpoint
+        env.update({f"HAI_PROJECT_STORAGE_{sid}": path for sid, path in self.storages.items()})
+        return env
 
 
 @dataclass(frozen=True)

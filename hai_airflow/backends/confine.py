@@ -20,9 +20,6 @@ NEVER_MOUNTABLE: tuple[str, ...] = (
 DOCKER_SOCKETS: tuple[str, ...] = ("/var/run/docker.sock", "/run/docker.sock")
 """Engine sockets: a job that sees one is root on the host, so no mount may contain them."""
 
-MODEL_DIR_VARS: tuple[str, ...] = ("HAI_MODEL_DIR", "HAI_CHECKPOINT_DIR")
-"""The job's environment variables naming its model dir, as the server resolved it."""
-
 PLACEHOLDERS: tuple[str, ...] = ("{user}", "{group}")
 """What `[paths] allowed` roots may contain; each is replaced by the job owner's name or group."""
 
@@ -192,7 +189,7 @@ def job_paths(launch: Launch) -> list[tuple[str, str]]:
     """(path, field) of what the user chose that the job's containers see: code path and model dir."""
     wanted = [(launch.spec.code_path, "spec.code_path")] if launch.spec.code_src == "nas" else []
     # The server resolved the model dir (a relative one lies in the job's own directory).
-    wanted += [(launch.env[k], "spec.model_dir") for k in MODEL_DIR_VARS if launch.env.get(k)]
+    wanted.append((str(launch.job.model_dir), "spec.model_dir"))
     return wanted
 
 

@@ -28,7 +28,6 @@ LABEL_OWNER = "hai.owner"
 LABEL_JOB = "hai.job-id"
 LABEL_INSTANCE = "hai.instance-id"
 LABEL_WORKER = "hai.worker"
-NOTICE_NAME = "preempt-notice"
 MASTER_PORT = 29500
 RENDEZVOUS_PORT = 29400
 TRAP_TERM = "trap 'exit $?' TERM INT HUP\n"
@@ -73,9 +72,8 @@ def network_name(instance_id: int) -> str:
 
 
 def notice_path(launch: Launch) -> Path:
-    """The notice file an elastic job watches; the server may name it, else it lives in the work dir."""
-    named = launch.env.get("HAI_PREEMPT_NOTICE")
-    return Path(named) if named else launch.work_dir / NOTICE_NAME
+    """The notice file an elastic job watches, in its instance's work dir."""
+    return launch.notice_path
 
 
 def code_dir(launch: Launch) -> str:

@@ -222,7 +222,7 @@ class LocalBackend:
         launch.work_dir.mkdir(parents=True, exist_ok=True)
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)
         cwd = self._code_dir(launch)
-        notice_path = Path(launch.env.get("HAI_PREEMPT_NOTICE") or launch.work_dir / "preempt-notice")
+        notice_path = launch.notice_path
         # A notice left from an earlier suspension would make the resumed run stop at once.
         notice_path.unlink(missing_ok=True)
         image = image_of(launch)
@@ -366,7 +366,7 @@ class LocalBackend:
         """The account the instance runs as, its dirs made its own; None runs it as the server's user."""
         if self.options.run_as is None:
             return None
-        owner = launch.env.get("HAI_USER", "")
+        owner = launch.job.user
         try:
             user = job_user(self.options.run_as, owner)
         except KeyError:
@@ -374,7 +374,7 @@ class LocalBackend:
                 f"run_as: there is no OS user for {owner!r} on this machine; "
                 "create it or change [backend] run_as"
             ) from None
-        model_dir = Path(launch.env.get("HAI_MODEL_DIR") or launch.work_dir)
+        model_dir = launch.job.model_dir
         # Only dirs the platform made for this job change owner; a model dir elsewhere is the user's.
         mine = [launch.work_dir] + ([model_dir] if self._made_by_platform(model_dir) else [])
         try:

@@ -10,15 +10,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import TypeAdapter
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.backends import logs
-from hai_airflow.backends.base import Backend, Exit, Handle, Launch, StartError
+from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Admit, Hold, Reject, Reserve, Suspend
-from hai_airflow.server import changes, lease, paths, transitions
+from hai_airflow.server import admission, changes, lease, paths, transitions
+from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.follow import StoreFollower, differences, read_all
@@ -26,12 +26,9 @@ from hai_airflow.server.hints import failure_hint
 from hai_airflow.server.metrics import lost_gpu_seconds
 from hai_airflow.server.snapshot import WAITING, StoreView
 from hai_airflow.server.tables import InstanceRow, JobRow
-from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
 
 log = logging.getLogger("hai.server.controller")
 
-AnySpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
-_SPEC: TypeAdapter[AnySpec] = TypeAdapter(JobSpec)
 
 TICK_SECONDS = 1.0
 """A full planning cycle at least this often, even when nothing woke the controller."""
@@ -45,10 +42,6 @@ FEED_KEPT_SECONDS = 3600.0
 """How long change-feed rows are kept (a controller taking over reads the store whole)."""
 CANCEL_GRACE_SECONDS = 3
 HINT_LOG_LINES = 400
-
-
-def parse_spec(row: JobRow) -> AnySpec:
-    return _SPEC.validate_json(row.spec)
 
 
 class Controller:
@@ -357,91 +350,20 @@ class Controller:
 
     # ---- starting -----------------------------------------------------------------------------
 
-    def model_dir(self, job_id: int, spec: AnySpec) -> Path:
-        if spec.model_dir:
-            path = Path(spec.model_dir).expanduser()
-            return path if path.is_absolute() else self.ctx.jobs_dir(job_id) / path
-        return self.ctx.jobs_dir(job_id) / "model"
-
     def _admit(self, view: StoreView, d: Admit) -> None:
+        """Claim the job, launch its instance, record the outcome (`admission` has the steps)."""
         row = view.jobs.get(d.job_id)
         if row is None:
             return
-        spec = parse_spec(row)
-        checkpoint = (
-            row.latest_checkpoint if row.latest_checkpoint and Path(row.latest_checkpoint).exists() else None
-        )
-        resume = d.resume or row.instance_count > 0
-        model_dir = self.model_dir(row.id, spec)
         with self._write() as s:
-            job = s.get(JobRow, row.id)
-            if job is None or job.state not in WAITING or job.held or job.cancel_requested:
-                return
-            inst = transitions.begin_instance(
-                s, job, d.placement, resume, checkpoint, d.reason, time.time(), self.me
-            )
-            work_dir = self.ctx.jobs_dir(job.id) / "instances" / str(inst.id)
-            inst.work_dir, inst.log_path, inst.model_dir = (
-                str(work_dir),
-                str(work_dir / "output.log"),
-                str(model_dir),
-            )
-            inst.grace_seconds = spec.effective_grace_seconds
-            iid, user, group = inst.id, job.user_name, job.group_name
+            new = admission.claim(s, self.ctx, row.id, parse_spec(row), d, self.me)
+        if new is None:
+            return
         self.ctx.changed.notify()
-        failure: str | None = None
-        handle: Handle | None = None
-        rules = paths.rules_for(self.ctx.config, self.ctx.home, user, group, self.ctx.jobs_dir(row.id))
-        try:
-            if (problem := paths.launch_problem(self.ctx.config, rules, spec, model_dir)) is not None:
-                raise StartError(problem)
-            if (problem := paths.launch_storage_problem(self.ctx.config, user, group, spec)) is not None:
-                raise StartError(problem)
-            model_dir.mkdir(parents=True, exist_ok=True)
-            work_dir.mkdir(parents=True, exist_ok=True)
-            storages = {
-                sid: self.ctx.storages[sid] for sid in spec.project_storage if sid in self.ctx.storages
-            }
-            missing = [sid for sid in spec.project_storage if sid not in storages]
-            if missing:
-                raise StartError(f"project storage {missing[0]} is no longer configured on the server")
-            env = {
-                "HAI_JOB_ID": str(row.id),
-                "HAI_INSTANCE_ID": str(iid),
-                "HAI_TASK_NAME": spec.task_name,
-                "HAI_USER": user,
-                "HAI_GROUP": group,
-                "HAI_MODEL_DIR": str(model_dir),
-                "HAI_CHECKPOINT_DIR": str(model_dir),
-                "HAI_RESUME": "1" if resume else "0",
-                "HAI_PREEMPT_NOTICE": str(work_dir / "preempt-notice"),
-            }
-            if checkpoint:
-                env["HAI_LATEST_CHECKPOINT"] = checkpoint
-            env.update({f"HAI_PROJECT_STORAGE_{sid}": path for sid, path in storages.items()})
-            launch = Launch(
-                job_id=row.id,
-                instance_id=iid,
-                spec=spec,
-                placement=d.placement,
-                env=env,
-                log_path=work_dir / "output.log",
-                work_dir=work_dir,
-                storages=storages,
-                grace_seconds=spec.effective_grace_seconds,
-                paths=rules,
-            )
-            handle = self.backend.start(launch)
-        except StartError as e:
-            failure = str(e)
-        except OSError as e:
-            failure = f"{e.strerror or e} ({getattr(e, 'filename', '') or ''})"
-        except Exception as e:
-            log.exception("starting instance %d failed", iid)
-            failure = f"{type(e).__name__}: {e}"
+        handle, failure = admission.launch(self.ctx, self.backend, new)
         try:
             with self._write() as s:
-                job, started = s.get(JobRow, row.id), s.get(InstanceRow, iid)
+                job, started = s.get(JobRow, new.job_id), s.get(InstanceRow, new.instance_id)
                 assert job is not None and started is not None
                 if handle is None:
                     transitions.start_failed(s, job, started, failure or "unknown error", time.time())
@@ -450,10 +372,10 @@ class Controller:
         except lease.LeaseLost:
             if handle is not None:
                 # Our successor will not know this instance: it must not run twice.
-                self.backend.stop(iid, 0, False)
+                self.backend.stop(new.instance_id, 0, False)
             raise
         if handle is not None:
-            self.ctx.metrics.admitted(resume)
+            self.ctx.metrics.admitted(new.job.resume)
         self.ctx.changed.notify()
 
     # ---- checkpoints --------------------------------------------------------------------------

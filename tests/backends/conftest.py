@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from hai_airflow.backends import procs
-from hai_airflow.backends.base import Exit, Handle, Launch
+from hai_airflow.backends.base import Exit, Handle, JobEnvironment, Launch
 from hai_airflow.backends.local import LocalBackend
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
@@ -58,17 +58,12 @@ class Cluster:
         names = nodes or tuple(f"node-{i}" for i in range(len(gpus)))
         placement = tuple(WorkerPlacement(node=n, gpus=g) for n, g in zip(names, gpus, strict=True))
         work = self.tmp / f"instance-{iid}"
-        env = {
-            "HAI_JOB_ID": str(100 + iid),
-            "HAI_INSTANCE_ID": str(iid),
-            "HAI_PREEMPT_NOTICE": str(work / "PREEMPT_NOTICE"),
-        }
         return Launch(
             job_id=100 + iid,
             instance_id=iid,
             spec=job,
             placement=placement,
-            env=env,
+            job=JobEnvironment(user="", group="", model_dir=work),
             log_path=self.tmp / "logs" / f"instance-{iid}.log",
             work_dir=work,
         )

@@ -66,7 +66,7 @@ def test_standalone_container_env_labels_limits_exit_code_and_log(jobs: DockerJo
     assert env["shm"] == "64"
     assert env["CUDA_VISIBLE_DEVICES"] == "2,5"  # virtual GPUs: the placement's indices, as locally
     assert env["HAI_JOB_ID"] == str(launch.job_id)
-    assert env["HAI_PREEMPT_NOTICE"] == str(launch.work_dir / "NOTICE")
+    assert env["HAI_PREEMPT_NOTICE"] == str(launch.notice_path)
     assert env["EXTRA"] == "x y"
     assert "RANK" not in env
     assert "to-stderr" in log
@@ -124,7 +124,7 @@ def test_suspend_kills_a_non_elastic_job_at_once(jobs: DockerJobs) -> None:
     assert time.monotonic() - asked < 10
     assert ended.exit_code == 137  # SIGKILL
     assert ended.reason == "stopped by the platform: killed by signal 9 (exit code 137)"
-    assert not (launch.work_dir / "NOTICE").exists()
+    assert not (launch.notice_path).exists()
 
 
 ELASTIC = """
@@ -166,7 +166,7 @@ def test_elastic_job_that_ignores_the_notice_is_killed_after_the_grace(jobs: Doc
     jobs.backend.stop(launch.instance_id, grace_seconds=2, notice=True)
     ended = jobs.wait(launch.instance_id, timeout=30)
     took = time.monotonic() - asked
-    assert (launch.work_dir / "NOTICE").exists()
+    assert (launch.notice_path).exists()
     assert ended.exit_code == 137
     assert 1.5 < took < 15
 

@@ -36,12 +36,7 @@ def jobs(docker_engine: Engine, torch_image: str, tmp_path: Path) -> Iterator[Do
 def launch_in(jobs: DockerJobs, model: Path, resume: bool, **kw: Any) -> Any:
     """A launch of the sample trainer writing to `model`, with the variables the server would set."""
     base = jobs.launch(TRAIN, env={"PYTHONPATH": str(jobs.code), "PYTHONDONTWRITEBYTECODE": "1"}, **kw)
-    server_env = {
-        "HAI_MODEL_DIR": str(model),
-        "HAI_CHECKPOINT_DIR": str(model),
-        "HAI_RESUME": "1" if resume else "0",
-    }
-    return replace(base, env={**base.env, **server_env})
+    return replace(base, job=replace(base.job, model_dir=model, resume=resume))
 
 
 def wait_for_checkpoint(jobs: DockerJobs, launch: Any, model: Path, timeout: float = 120) -> None:
@@ -110,7 +105,7 @@ def test_two_workers_train_together_over_torch_distributed(jobs: DockerJobs, tmp
         gpus=((0,), (1,)),
         env={"PYTHONPATH": str(jobs.code), "PYTHONDONTWRITEBYTECODE": "1"},
     )
-    launch = replace(base, env={**base.env, "HAI_MODEL_DIR": str(model), "HAI_CHECKPOINT_DIR": str(model)})
+    launch = replace(base, job=replace(base.job, model_dir=model))
     jobs.backend.start(launch)
     ended = jobs.wait(launch.instance_id, timeout=300)
     log = launch.log_path.read_text()
@@ -138,8 +133,7 @@ def test_a_horovod_job_runs_4_ranks_in_2_containers_and_resumes_bit_identical(
             gpus=((0, 1), (2, 3)),
             env=env,
         )
-        dirs = {"HAI_MODEL_DIR": str(model), "HAI_CHECKPOINT_DIR": str(model)}
-        launch = replace(base, env={**base.env, **dirs})
+        launch = replace(base, job=replace(base.job, model_dir=model))
         jobs.backend.start(launch)
         return launch
 

@@ -121,7 +121,7 @@ def test_standalone_job_is_one_pinned_pod_with_gpus_shm_storage_and_labels(kube:
 def test_a_pod_mounts_only_its_sub_paths_of_the_nas_and_runs_unprivileged(kube: KubeTest) -> None:
     backend = kube.backend(nas_pvc="hai-nas", run_as_user=1000, run_as_group=1000, fs_group=1000)
     launch = kube.launch(nodes=("gpu-node-0",), gpus=((0,),), code_path="/nas/alice/code", gpu_type="v100")
-    launch = replace(launch, env={**launch.env, "HAI_MODEL_DIR": "/nas/hai/jobs/7/model"})
+    launch = replace(launch, job=replace(launch.job, model_dir=Path("/nas/hai/jobs/7/model")))
     pod = kube.pod(backend.start(launch).data["pods"][0])
     (nas,) = [v for v in pod.spec.volumes if v.persistent_volume_claim is not None]
     assert nas.persistent_volume_claim.claim_name == "hai-nas"

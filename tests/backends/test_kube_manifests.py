@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import Launch, StartError
+from hai_airflow.backends.base import JobEnvironment, Launch, StartError
 from hai_airflow.backends.confine import PathRules
 from hai_airflow.backends.k8s_pods import dropped_fields, mpijob_end
 from hai_airflow.scheduling.model import WorkerPlacement
@@ -29,7 +29,7 @@ MODEL_DIR = "/nas/hai/jobs/7/model"
 def launch(spec: Any, placement: tuple[WorkerPlacement, ...], **kw: Any) -> Launch:
     return Launch(
         job_id=7, instance_id=42, spec=spec, placement=placement,
-        env={"HAI_JOB_ID": "7", "HAI_INSTANCE_ID": "42", "HAI_MODEL_DIR": MODEL_DIR},
+        job=JobEnvironment(user="alice", group="vision", model_dir=Path(MODEL_DIR)),
         log_path=Path("/hai/42/output.log"), work_dir=Path("/hai/42"), **kw,
     )  # fmt: skip
 
@@ -173,13 +173,13 @@ def test_a_symlink_out_of_the_users_roots_is_refused_at_launch(tmp_path: Path) -
     (nas / "alice/link").symlink_to(nas / "bob/secret")
     rules = PathRules(allowed=(str(nas / "alice"),), home=str(nas / "hai"), own_dir=str(nas / "hai/jobs/7"))
     opts = m.KubernetesOptions(nas_pvc="nas", nas_mount_path=str(nas))
-    env = {"HAI_MODEL_DIR": str(nas / "hai/jobs/7/model")}
+    job = JobEnvironment(user="alice", group="vision", model_dir=nas / "hai/jobs/7/model")
     ok = launch(CpuJobSpec(task_name="t", code_path=str(nas / "alice/code"), cmd="true"), (), paths=rules)
-    mounts = m.worker_pods(replace(ok, env=env), opts)[0]["spec"]["containers"][0]["volumeMounts"]
+    mounts = m.worker_pods(replace(ok, job=job), opts)[0]["spec"]["containers"][0]["volumeMounts"]
     assert [v["subPath"] for v in mounts if v["name"] == "nas"] == ["alice/code", "hai/jobs/7/model"]
     bad = launch(CpuJobSpec(task_name="t", code_path=str(nas / "alice/link"), cmd="true"), (), paths=rules)
     with pytest.raises(StartError, match="resolves to"):
-        m.worker_pods(replace(bad, env=env), opts)
+        m.worker_pods(replace(bad, job=job), opts)
 
 
 def test_every_container_runs_unprivileged_with_the_configured_user() -> None:
@@ -288,9 +288,8 @@ def per_gpu_gang() -> Launch:
         worker_resource_pkg=2, env={"MY_SETTING": "a b", "NCCL_DEBUG": "INFO"},
     )  # fmt: skip
     placement = tuple(WorkerPlacement(f"node-{i}", (0, 1), cpus=8, memory_gb=64) for i in range(2))
-    return replace(
-        launch(spec, placement), env={"HAI_JOB_ID": "7", "HAI_RESUME": "1", "HAI_MODEL_DIR": MODEL_DIR}
-    )
+    base = launch(spec, placement)
+    return replace(base, job=replace(base.job, resume=True))
 
 
 def test_mpirun_forwards_every_variable_of_the_launchers_env_to_every_rank() -> None:

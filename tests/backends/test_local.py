@@ -108,7 +108,7 @@ def test_elastic_stop_writes_the_notice_and_a_clean_exit_in_grace_counts(cluster
     assert (ended.exit_code, ended.reason) == (0, "completed")
     assert "notice-seen" in cluster.backend.read_log(h.instance_id)
     notice = Path(h.data["notice_path"])
-    assert notice == cluster.tmp / "instance-1" / "PREEMPT_NOTICE"
+    assert notice == cluster.tmp / "instance-1" / "preempt-notice"
     assert json.loads(notice.read_text())["grace_seconds"] == 5
 
 

@@ -513,7 +513,7 @@ def test_docker_backend_resolves_and_refuses_at_mount_time(
     docker_engine: Engine, busybox_image: str, tmp_path: Path
 ) -> None:
     """The backend's own check, right before the engine mounts: a swapped symlink, nothing created."""
-    from hai_airflow.backends.base import Launch, StartError
+    from hai_airflow.backends.base import JobEnvironment, Launch, StartError
     from hai_airflow.backends.docker import DockerBackend
     from hai_airflow.scheduling.model import WorkerPlacement
     from hai_airflow.spec import StandaloneJobSpec
@@ -532,7 +532,8 @@ def test_docker_backend_resolves_and_refuses_at_mount_time(
     spec = StandaloneJobSpec(task_name="t", code_path=str(code), cmd="true", image=image, resource_pkg=454)
     launch = Launch(
         job_id=7, instance_id=70, spec=spec, placement=(WorkerPlacement(node="n", gpus=(0,)),),
-        env={"HAI_MODEL_DIR": str(home / "jobs/7/model")}, log_path=work / "output.log", work_dir=work,
+        job=JobEnvironment(user="alice", group="vision", model_dir=home / "jobs/7/model"),
+        log_path=work / "output.log", work_dir=work,
         paths=paths,
     )  # fmt: skip
     (home / "jobs/7/model").mkdir()

@@ -5,7 +5,8 @@ import json, os, pathlib, sys, time
 model = pathlib.Path(os.environ["HAI_MODEL_DIR"])
 run = os.environ["HAI_INSTANCE_ID"]
 seen = {k: v for k, v in os.environ.items() if k.startswith(("HAI_", "CUDA_"))}
-(model / f"env-{run}.json").write_text(json.dumps(seen))
+(model / f"env-{run}.tmp").write_text(json.dumps(seen))
+os.replace(model / f"env-{run}.tmp", model / f"env-{run}.json")  # whole when the test reads it
 (model / f"step-{run}.pt").write_text("weights")
 print("training run", run, flush=True)
 time.sleep(float(sys.argv[1]) if len(sys.argv) > 1 else 60)

@@ -189,7 +189,7 @@ class DockerJobs:
         code_path: str | None = None,
         **spec: Any,
     ) -> Any:
-        from hai_airflow.backends.base import Launch
+        from hai_airflow.backends.base import JobEnvironment, Launch
         from hai_airflow.scheduling.model import WorkerPlacement
         from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -214,17 +214,12 @@ class DockerJobs:
             for i, g in enumerate(gpus)
         )
         work = self.tmp / f"instance-{iid}"
-        env = {
-            "HAI_JOB_ID": str(iid + 5),
-            "HAI_INSTANCE_ID": str(iid),
-            "HAI_PREEMPT_NOTICE": str(work / "NOTICE"),
-        }
         return Launch(
             job_id=iid + 5,
             instance_id=iid,
             spec=job,
             placement=placement,
-            env=env,
+            job=JobEnvironment(user="", group="", model_dir=work),
             log_path=self.tmp / "logs" / f"instance-{iid}.log",
             work_dir=work,
         )

@@ -255,7 +255,7 @@ class KubeTest:
         storages: dict[int, str] | None = None,
         **spec: Any,
     ) -> Any:
-        from hai_airflow.backends.base import Launch
+        from hai_airflow.backends.base import JobEnvironment, Launch
         from hai_airflow.scheduling.model import WorkerPlacement
         from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -280,7 +280,7 @@ class KubeTest:
             instance_id=iid,
             spec=job,
             placement=placement,
-            env={"HAI_JOB_ID": str(iid + 1000), "HAI_INSTANCE_ID": str(iid), "HAI_RESUME": "0"},
+            job=JobEnvironment(user="", group="", model_dir=Path(f"/nas/hai/jobs/{iid + 1000}/model")),
             log_path=work / "output.log",
             work_dir=work,
             storages=storages or {},

@@ -1,0 +1,112 @@
+"""Starting an admitted job, step by step: claim it, prepare what it names, launch it.
+
+The controller runs these in order and records the outcome (`Controller._admit`); each step is a
+function of what the one before gave it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import TypeAdapter
+from sqlalchemy.orm import Session
+
+from hai_airflow.backends.base import Backend, Handle, JobEnvironment, Launch, StartError
+from hai_airflow.scheduling.model import WAITING, Admit
+from hai_airflow.server import paths, transitions
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.tables import JobRow
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
+
+log = logging.getLogger("hai.server.admission")
+
+AnySpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
+_SPEC: TypeAdapter[AnySpec] = TypeAdapter(JobSpec)
+
+
+def parse_spec(row: JobRow) -> AnySpec:
+    return _SPEC.validate_json(row.spec)
+
+
+@dataclass(frozen=True)
+class NewInstance:
+    """An admitted job's new instance as recorded (the job STARTING) before the backend is asked."""
+
+    job_id: int
+    instance_id: int
+    spec: AnySpec
+    admit: Admit
+    job: JobEnvironment
+    work_dir: Path
+
+
+def model_dir(ctx: ServerContext, job_id: int, spec: AnySpec) -> Path:
+    """Where the job saves its model: its `model_dir` (a relative one inside the job's directory)."""
+    if spec.model_dir:
+        path = Path(spec.model_dir).expanduser()
+        return path if path.is_absolute() else ctx.jobs_dir(job_id) / path
+    return ctx.jobs_dir(job_id) / "model"
+
+
+def claim(
+    s: Session, ctx: ServerContext, job_id: int, spec: AnySpec, d: Admit, holder: str
+) -> NewInstance | None:
+    """Move the job to STARTING with a new instance row, unless it stopped waiting meanwhile (a
+    cancel, an admin's hold, another controller): then None and nothing is written."""
+    job = s.get(JobRow, job_id)
+    if job is None or job.state not in WAITING or job.held or job.cancel_requested:
+        return None
+    latest = job.latest_checkpoint
+    checkpoint = latest if latest and Path(latest).exists() else None
+    resume = d.resume or job.instance_count > 0
+    saves_to = model_dir(ctx, job.id, spec)
+    inst = transitions.begin_instance(s, job, d.placement, resume, checkpoint, d.reason, time.time(), holder)
+    work_dir = ctx.jobs_dir(job.id) / "instances" / str(inst.id)
+    inst.work_dir, inst.log_path, inst.model_dir = str(work_dir), str(work_dir / "output.log"), str(saves_to)
+    inst.grace_seconds = spec.effective_grace_seconds
+    env = JobEnvironment(job.user_name, job.group_name, saves_to, resume, checkpoint)
+    return NewInstance(job.id, inst.id, spec, d, env, work_dir)
+
+
+def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
+    """Check the paths and storages the job names against its owner's rules now (they may have
+    changed since submission), make its directories, and say what the backend starts."""
+    spec, env = new.spec, new.job
+    rules = paths.rules_for(ctx.config, ctx.home, env.user, env.group, ctx.jobs_dir(new.job_id))
+    if (problem := paths.launch_problem(ctx.config, rules, spec, env.model_dir)) is not None:
+        raise StartError(problem)
+    if (problem := paths.launch_storage_problem(ctx.config, env.user, env.group, spec)) is not None:
+        raise StartError(problem)
+    missing = [sid for sid in spec.project_storage if sid not in ctx.storages]
+    if missing:
+        raise StartError(f"project storage {missing[0]} is no longer configured on the server")
+    env.model_dir.mkdir(parents=True, exist_ok=True)
+    new.work_dir.mkdir(parents=True, exist_ok=True)
+    return Launch(
+        job_id=new.job_id,
+        instance_id=new.instance_id,
+        spec=spec,
+        placement=new.admit.placement,
+        job=env,
+        log_path=new.work_dir / "output.log",
+        work_dir=new.work_dir,
+        storages={sid: ctx.storages[sid] for sid in spec.project_storage},
+        grace_seconds=spec.effective_grace_seconds,
+        paths=rules,
+    )
+
+
+def launch(ctx: ServerContext, backend: Backend, new: NewInstance) -> tuple[Handle | None, str | None]:
+    """Prepare and start the instance: its handle, or why it could not start (in the user's words)."""
+    try:
+        return backend.start(prepare(ctx, new)), None
+    except StartError as e:
+        return None, str(e)
+    except OSError as e:
+        return None, f"{e.strerror or e} ({getattr(e, 'filename', '') or ''})"
+    except Exception as e:
+        log.exception("starting instance %d failed", new.instance_id)
+        return None, f"{type(e).__name__}: {e}"
