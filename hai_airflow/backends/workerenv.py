@@ -39,7 +39,7 @@ def worker_slots(placement: Placement) -> list[WorkerSlot]:
 
 
 def worker_env(slot: WorkerSlot, workers: int, distributed: bool, master_port: int) -> dict[str, str]:
-    """The variables of a per-worker job's one process per worker (ARCHITECTURE.md section 4).
+    """The rank variables of a per-worker job's one process per worker (the job's own are `Launch.env`).
 
     RANK counts workers, not GPUs. A launcher such as torchrun or
     horovodrun started by the command spawns one process per GPU and computes global ranks from
