@@ -32,7 +32,9 @@ demo: install
 # Benchmarks print figures; the README's table comes from them.
 bench: install
 	$(PY) benchmarks/plan_bench.py
+	$(PY) benchmarks/decisions.py --check --large
 	$(PY) benchmarks/sim_bench.py
+	$(PY) benchmarks/cycle_bench.py
 	$(PY) benchmarks/server_bench.py
 	$(PY) benchmarks/airflow_bench.py
 	bash benchmarks/vs_slurm.sh 1000 16
