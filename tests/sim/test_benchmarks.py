@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,16 @@ def test_server_bench_prints_every_figure_for_each_store():
     assert rows and rows[0][0] == "sqlite"
     for row in rows:
         assert row[-2] != "0.0" and row[-3] == "30", row  # planner cycle timed; 30 jobs stored
+
+
+def test_cycle_bench_times_the_controller_cycle_on_a_full_cluster(benchmarks_on_path, capsys):
+    import cycle_bench
+
+    cycle_bench.main(["--queued", "60", "--nodes", "6", "--cycles", "2", "--stores", "sqlite"])
+
+    out = capsys.readouterr().out
+    found = re.search(r"sqlite: (\d+) queued x 6 nodes: cycle idle median [\d.]+ ms", out)
+    assert found is not None, out
+    # 60 queued plus 2 bursts of 16, less the jobs started on the GPUs of the 2 jobs stopped.
+    assert 60 <= int(found[1]) < 92
+    assert "after 16 submits + 1 exit median" in out and "RSS" in out
