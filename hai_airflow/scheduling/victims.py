@@ -178,13 +178,12 @@ class RoomWithVictims:
         """Count the victim's release."""
         self.room += self._shift(victim, Freed.add)
 
-    def without(self, victim: Job) -> int:
-        """Stop counting the victim's release; the room it took away."""
-        gained = self._shift(victim, Freed.remove)
-        self.room += gained
-        return -gained
+    def without(self, victim: Job) -> None:
+        """Stop counting the victim's release."""
+        self.room += self._shift(victim, Freed.remove)
 
     def _shift(self, victim: Job, change: Callable[[Freed, NodeRelease], None]) -> int:
+        """Apply `change` to what the victim frees on each node of the pool; the workers gained."""
         gained = 0
         for r in self.releases[victim.id]:
             if in_pool(r.node, self.pool):
