@@ -274,8 +274,8 @@ class Controller:
                     transitions.reserve(s, d.job_id, d.placement, now)
                 for job_id in stale:
                     transitions.clear_reservations(s, job_id)
-        for d in admits:
-            self._admit(view, d)
+        if admits:
+            self._admit(view, admits)
         if holds or rejects:
             with self._write() as s:
                 now = time.time()
@@ -350,32 +350,39 @@ class Controller:
 
     # ---- starting -----------------------------------------------------------------------------
 
-    def _admit(self, view: StoreView, d: Admit) -> None:
-        """Claim the job, launch its instance, record the outcome (`admission` has the steps)."""
-        row = view.jobs.get(d.job_id)
-        if row is None:
-            return
+    def _admit(self, view: StoreView, admits: list[Admit]) -> None:
+        """Claim the jobs (one transaction), launch their instances, record the outcomes (one
+        transaction); `admission` has the steps. A wave of starts costs two commits, not two per job."""
         with self._write() as s:
-            new = admission.claim(s, self.ctx, row.id, parse_spec(row), d, self.me)
-        if new is None:
+            claimed = [
+                admission.claim(s, self.ctx, d.job_id, parse_spec(view.jobs[d.job_id]), d, self.me)
+                for d in admits
+                if d.job_id in view.jobs
+            ]
+        news = [new for new in claimed if new is not None]
+        if not news:
             return
         self.ctx.changed.notify()
-        handle, failure = admission.launch(self.ctx, self.backend, new)
+        started = [(new, *admission.launch(self.ctx, self.backend, new)) for new in news]
         try:
             with self._write() as s:
-                job, started = s.get(JobRow, new.job_id), s.get(InstanceRow, new.instance_id)
-                assert job is not None and started is not None
-                if handle is None:
-                    transitions.start_failed(s, job, started, failure or "unknown error", time.time())
-                else:
-                    transitions.started(s, job, started, handle, time.time())
+                now = time.time()
+                for new, handle, failure in started:
+                    job, inst = s.get(JobRow, new.job_id), s.get(InstanceRow, new.instance_id)
+                    assert job is not None and inst is not None
+                    if handle is None:
+                        transitions.start_failed(s, job, inst, failure or "unknown error", now)
+                    else:
+                        transitions.started(s, job, inst, handle, now)
         except lease.LeaseLost:
-            if handle is not None:
-                # Our successor will not know this instance: it must not run twice.
-                self.backend.stop(new.instance_id, 0, False)
+            for new, handle, _ in started:
+                if handle is not None:
+                    # Our successor will not know this instance: it must not run twice.
+                    self.backend.stop(new.instance_id, 0, False)
             raise
-        if handle is not None:
-            self.ctx.metrics.admitted(new.job.resume)
+        for new, handle, _ in started:
+            if handle is not None:
+                self.ctx.metrics.admitted(new.job.resume)
         self.ctx.changed.notify()
 
     # ---- checkpoints --------------------------------------------------------------------------
