@@ -8,6 +8,7 @@ Run: .venv/bin/python benchmarks/server_bench.py [--jobs 50] [--clients 16] [--s
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -169,7 +170,9 @@ def main() -> None:
     finally:
         if pg_cm is not None:
             pg_cm.__exit__(None, None, None)
-    print(f"({args.jobs} jobs one at a time for latency; {args.submissions} submissions from {args.clients} "
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"(load average {load} at the end on {os.cpu_count()} CPUs; "
+          f"{args.jobs} jobs one at a time for latency; {args.submissions} submissions from {args.clients} "
           f"clients for the rate; RSS of the server process when started and with the store full; "
           f"mean planner cycle with the store full)")
 

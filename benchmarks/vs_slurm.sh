@@ -106,6 +106,9 @@ slurmd -D -f "$SLURM_CONF" >"$WORK/slurmd.out" 2>&1 &
 pids+=($!)
 wait_for 30 "slurmd (node idle)" bash -c "sinfo -h -N -o %T | grep -q idle"
 
+# Figures depend on what else runs: the load average goes with them.
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+LOAD_SLURM=$(load)
 echo "slurm: submitting $JOBS jobs from $THREADS threads..." >&2
 "$PY" "$HELPER" slurm --jobs "$JOBS" --threads "$THREADS" --jobcomp "$WORK/jobcomp.txt" \
     --out "$WORK/slurm.json" >/dev/null
@@ -158,8 +161,13 @@ export HAI_TOKEN="vs-slurm-bench"
 pids+=($!)
 wait_for 60 "hai server" curl -fsS "http://127.0.0.1:$HAI_PORT/health"
 
+LOAD_HAI=$(load)
 echo "hai: submitting $JOBS jobs from $THREADS threads..." >&2
 "$PY" "$HELPER" hai --jobs "$JOBS" --threads "$THREADS" --server "http://127.0.0.1:$HAI_PORT" \
     --code-dir "$WORK/code" --out "$WORK/hai.json" >/dev/null
 
 "$PY" "$HELPER" report "$WORK/slurm.json" "$WORK/hai.json"
+COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if [[ -n $(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]]; then COMMIT="$COMMIT+changes"; fi
+echo "hai at $COMMIT on $(nproc) CPUs; load average (1, 5, 15 min) when slurm started: $LOAD_SLURM," \
+    "when hai started: $LOAD_HAI, at the end: $(load)"
