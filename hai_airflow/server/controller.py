@@ -33,6 +33,10 @@ log = logging.getLogger("hai.server.controller")
 TICK_SECONDS = 1.0
 """A full planning cycle at least this often, even when nothing woke the controller."""
 POLL_SECONDS = 0.2
+SETTLE_FACTOR = 1.0
+"""After a cycle that took t seconds, a wake-up (a submit, a request) plans again no sooner than
+SETTLE_FACTOR x t after it ended: under a stream of submissions the controller plans at most about
+half the time, leaving the rest to the API, and a burst is planned in one cycle. Exits plan at once."""
 """How often the backend is asked for exits while this controller is active."""
 RENEW_SECONDS = 2.0
 CHECKPOINT_SCAN_SECONDS = 2.0
@@ -62,6 +66,7 @@ class Controller:
         self._last_scan = 0.0
         self._last_renew = 0.0
         self._last_resync = 0.0
+        self._settled_at = 0.0
         self.follower = StoreFollower(ctx.config.server.policy)
         """The store as this controller keeps it between cycles (read whole on taking the lease)."""
 
@@ -97,7 +102,10 @@ class Controller:
                 self.active = False
             except Exception:
                 log.exception("controller step failed; retrying")
-            self._woken = self.ctx.wakeup.wait(POLL_SECONDS if self.active else TICK_SECONDS)
+            wait = POLL_SECONDS if self.active else TICK_SECONDS
+            if self._woken:  # a wake-up waits for the settle time of the last cycle
+                wait = min(wait, max(self._settled_at - time.time(), 0.02))
+            self._woken = self.ctx.wakeup.wait(wait) or self._woken
 
     # ---- one step -----------------------------------------------------------------------------
 
@@ -113,11 +121,14 @@ class Controller:
         exits = self.backend.poll()
         if exits:
             self.apply_exits(exits)
-        if force or exits or self._woken or now - self._last_cycle >= TICK_SECONDS:
+        woken = self._woken and now >= self._settled_at
+        if force or exits or woken or now - self._last_cycle >= TICK_SECONDS:
             self._woken = False
             self._last_cycle = now
             with self.ctx.metrics.planner_cycle.time():
                 self.cycle()
+            ended = time.time()
+            self._settled_at = ended + SETTLE_FACTOR * (ended - now)
         if now - self._last_scan >= CHECKPOINT_SCAN_SECONDS:
             self._last_scan = now
             self.scan_checkpoints()
