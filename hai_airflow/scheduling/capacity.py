@@ -86,7 +86,7 @@ class FreeCapacity:
 
     @classmethod
     def build(cls, usage: Usage) -> FreeCapacity:
-        """The index at the start of a cycle: the nodes minus what the holding jobs use."""
+        """The index at the start of a cycle: the nodes minus what the placed jobs use."""
         buckets = {t: [list(b) for b in lists] for t, lists in usage.buckets.items()}
         return cls(usage.layout, usage.free, buckets)
 

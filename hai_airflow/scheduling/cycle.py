@@ -1,4 +1,4 @@
-"""One planning cycle's working state and the per-job steps: place, else victims, else hold."""
+"""One planning cycle's working state and the per-job steps: place, else victims, else wait."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, raise_gua
 from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import (
-    HOLDING,
+    PLACED,
     Admit,
     Decision,
-    Hold,
     Job,
     Placement,
     Reject,
@@ -20,17 +19,19 @@ from hai_airflow.scheduling.model import (
     Reserve,
     Snapshot,
     Suspend,
+    Wait,
     WorkerPlacement,
 )
 from hai_airflow.scheduling.placement import describe_placement, never_fits, place, shortfall
 from hai_airflow.scheduling.policies import Policy
 from hai_airflow.scheduling.quota import count_high, over_quota
 from hai_airflow.scheduling.usage import Usage
-from hai_airflow.scheduling.victims import VictimPool, find_victims
+from hai_airflow.scheduling.victims import VictimCandidates, find_victims
+from hai_airflow.spec import is_high
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
+class WaitReason:
     """Why a job waits: the reason, the job it waits for, and whether every job of its shape and
     class would wait for the same reason while free capacity stays as it is."""
 
@@ -40,11 +41,11 @@ class Held:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldAt:
-    """A plain hold and the capacity version it was decided at."""
+class WaitSeen:
+    """A plain wait and the capacity version it was decided at."""
 
     version: int
-    held: Held
+    why: WaitReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,34 +65,34 @@ class Cycle:
     now: float
     cap: FreeCapacity
     layout: Layout
-    holding: list[Job]
+    placed: list[Job]
     user_used: dict[str, int]
     group_used: dict[str, int]
     own_free: dict[int, dict[str, list[int]]]
     """Per waiting job, its reserved GPUs that are free now (kept out of everyone else's reach)."""
-    own_held: dict[int, list[Job]]
-    """Per waiting job, the jobs still holding some of its reserved GPUs."""
+    own_holders: dict[int, list[Job]]
+    """Per waiting job, the jobs still placed some of its reserved GPUs."""
     precounted: set[int] = field(default_factory=set)
     """Waiting jobs whose GPUs are already in the quota usage (they hold a reservation)."""
-    pool: VictimPool | None = None
+    candidates: VictimCandidates | None = None
     """Victim candidates, sorted only once a high job first needs them (most cycles never do)."""
     guard: Guard | None = None
     decisions: list[Decision] = field(default_factory=list)
-    held: int = 0
+    waited: int = 0
     cannot_fit: Hopeless = field(default_factory=Hopeless)
     """Shapes that found no placement on the shared free capacity this cycle (see `place`)."""
-    last_hold: dict[tuple[Shape, bool], HeldAt] = field(default_factory=dict)
-    """(shape, high) -> the last plain hold of a job of that shape and class (see `decide`)."""
+    last_wait: dict[tuple[Shape, bool], WaitSeen] = field(default_factory=dict)
+    """(shape, high) -> the last plain wait of a job of that shape and class (see `decide`)."""
     rejections: dict[Shape, str | None] = field(default_factory=dict)
     """Shape -> why it cannot fit even on the empty cluster, else None (a question about the nodes alone)."""
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job]) -> Cycle:
-        """Free capacity = nodes minus what holding jobs use minus GPUs reserved for `waiting` jobs."""
-        holding = [j for j in snapshot.jobs if j.state in HOLDING]
+        """Free capacity = nodes minus what placed jobs use minus GPUs reserved for `waiting` jobs."""
+        placed = [j for j in snapshot.jobs if j.state in PLACED]
         usage = snapshot.usage
         if usage is None:
-            usage = Usage.fresh(Layout.build(snapshot.nodes), holding)
+            usage = Usage.fresh(Layout.build(snapshot.nodes), placed)
         elif usage.version != snapshot.usage_version:
             raise ValueError("the cluster state changed after this snapshot was taken; take a new one")
         layout = usage.layout
@@ -99,9 +100,9 @@ class Cycle:
         waiting_ids = {j.id for j in waiting}
         known = layout.ordinal
         reservations = [r for r in snapshot.reservations if r.job_id in waiting_ids and r.node in known]
-        holder_of = gpu_holders(cap, holding, reservations) if reservations else {}
+        holder_of = gpu_holders(cap, placed, reservations) if reservations else {}
         own_free: dict[int, dict[str, list[int]]] = {}
-        own_held: dict[int, list[Job]] = {}
+        own_holders: dict[int, list[Job]] = {}
         for r in reservations:
             f = cap.named_node(r.node)
             f.reserved = True
@@ -110,81 +111,81 @@ class Cycle:
             own_free.setdefault(r.job_id, {}).setdefault(r.node, []).extend(free)
             for g in r.gpus:
                 holder = holder_of.get((r.node, g))
-                if holder is not None and holder not in own_held.setdefault(r.job_id, []):
-                    own_held[r.job_id].append(holder)
+                if holder is not None and holder not in own_holders.setdefault(r.job_id, []):
+                    own_holders[r.job_id].append(holder)
         # A job with a reservation already has GPUs set aside (victims were suspended for it), so
         # it counts against quota like a running job; otherwise others could use up the quota first.
-        reserving = [j for j in waiting if j.id in own_free or j.id in own_held]
-        cycle = cls(snapshot, policy, now, cap, layout, holding, dict(usage.user_high),
-                    dict(usage.group_high), own_free, own_held)
+        reserving = [j for j in waiting if j.id in own_free or j.id in own_holders]
+        cycle = cls(snapshot, policy, now, cap, layout, placed, dict(usage.user_high),
+                    dict(usage.group_high), own_free, own_holders)
         for job in reserving:
             cycle.count_quota(job)
         cycle.precounted = {j.id for j in reserving}
         return cycle
 
     @property
-    def victims(self) -> VictimPool:
-        if self.pool is None:
-            self.pool = VictimPool.build(self.holding, self.cap, self.policy, self.now)
-        return self.pool
+    def victims(self) -> VictimCandidates:
+        if self.candidates is None:
+            self.candidates = VictimCandidates.build(self.placed, self.cap, self.policy, self.now)
+        return self.candidates
 
     # ---- the steps for one waiting job, in order -------------------------------------------------
 
     def decide(self, job: Job) -> None:
-        """Reject, else quota, else place, else wait for own victims, else new victims, else hold."""
+        """Reject, else quota, else place, else wait for own victims, else new victims, else wait."""
         shape = Shape.of(job)
         rejected = self.never_fits(shape)
         if rejected is not None:
             self.decisions.append(Reject(job.id, rejected))
             return
-        high = job.max_schedule > 0
+        high = is_high(job.max_schedule)
         if high:
             own = job.total_gpus if job.id in self.precounted else 0
             over = over_quota(job.user, job.group, job.total_gpus, self.user_used.get(job.user, 0) - own,
                               self.group_used.get(job.group, 0) - own, self.snapshot.quota)
             if over is not None:
-                self.hold(job, Held(over))
+                self.wait(job, WaitReason(over))
                 return
-        plain = job.id not in self.own_free and job.id not in self.own_held
+        plain = job.id not in self.own_free and job.id not in self.own_holders
         if plain:
-            # Memo: a job without a reservation of the same shape and class was held while free
+            # Memo: a job without a reservation of the same shape and class waited while free
             # capacity was as it is now (same version). What `seek` reads besides the capacity
             # moves only with it: victims are taken and the guard is raised by changes to the
             # capacity, and a hold that raised the guard is not kept. So `seek` would hold this
             # job for the same reason; this keeps a long queue behind a full cluster cheap.
-            seen = self.last_hold.get((shape, high))
+            seen = self.last_wait.get((shape, high))
             if seen is not None and seen.version == self.cap.version:
-                self.hold(job, seen.held)
+                self.wait(job, seen.why)
                 return
-        held = self.seek(job, shape, high)
-        if held is not None:
-            if plain and held.same_for_its_shape:
-                self.last_hold[(shape, high)] = HeldAt(self.cap.version, held)
-            self.hold(job, held)
+        why = self.seek(job, shape, high)
+        if why is not None:
+            if plain and why.same_for_its_shape:
+                self.last_wait[(shape, high)] = WaitSeen(self.cap.version, why)
+            self.wait(job, why)
 
-    def seek(self, job: Job, shape: Shape, high: bool) -> Held | None:
-        """Admit or preempt for the job; else say why it is held (and if that holds for its shape)."""
+    def seek(self, job: Job, shape: Shape, high: bool) -> WaitReason | None:
+        """Admit or preempt for the job; else say why it waits (and if that holds for its shape)."""
         reserved = job.id in self.own_free
         placement, how = self.place_reserved(job, shape) if reserved else (self.place(shape), "")
         if placement is not None:
             self.admit(job, placement, how)
             return None
-        if job.id in self.own_held:
-            holders = self.own_held[job.id]
-            return Held(waiting_for(holders), holders[0].id, same_for_its_shape=False)
+        if job.id in self.own_holders:
+            holders = self.own_holders[job.id]
+            return WaitReason(waiting_for(holders), holders[0].id, same_for_its_shape=False)
         if high and self.policy.preempts and self.preempt(job, shape, memo=not reserved):
             return None
         if self.guard is not None and fits_with_guard_nodes(self.cap, self.guard, shape):
-            return Held(self.guard.reason(), self.guard.job_id)
+            return WaitReason(self.guard.reason(), self.guard.job_id)
         reason = shortfall(self.cap, shape)
         if high and self.policy.preempts:
             reason += "; suspending running low-priority jobs would not make room"
         if self.guard is None and (high or self.policy.guards_any_job):
             self.guard = raise_guard(self.cap, job.id, shape)
             if self.guard is not None:
-                return Held(f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)",
+                return WaitReason(f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)",
                             same_for_its_shape=False)
-        return Held(reason)
+        return WaitReason(reason)
 
     def never_fits(self, shape: Shape) -> str | None:
         """Reject rule (`placement.never_fits`), asked once per shape: it reads the nodes alone."""
@@ -242,7 +243,7 @@ class Cycle:
                                       f"GPUs freed by suspending job{'s' * (len(victims) > 1)} {ids} "
                                       f"are held for job {job.id}: {describe_placement(placement)}"))
         self.count_quota(job)
-        self.hold(job, Held(waiting_for(victims), victims[0].id))
+        self.wait(job, WaitReason(waiting_for(victims), victims[0].id))
         return True
 
     def place_after_suspending(self, victims: list[Job], shape: Shape) -> Placement | None:
@@ -274,23 +275,23 @@ class Cycle:
         if job.id not in self.precounted:
             count_high(self.user_used, self.group_used, job)
 
-    def hold(self, job: Job, held: Held) -> None:
-        """The job waits; its position counts held jobs from 1 in queue order."""
-        self.held += 1
-        self.decisions.append(Hold(job.id, held.reason, self.held, held.blocked_by))
+    def wait(self, job: Job, why: WaitReason) -> None:
+        """The job waits; its position counts waiting jobs from 1 in queue order."""
+        self.waited += 1
+        self.decisions.append(Wait(job.id, why.reason, self.waited, why.blocked_by))
 
 
 def gpu_holders(
-    cap: FreeCapacity, holding: list[Job], reservations: list[Reservation]
+    cap: FreeCapacity, placed: list[Job], reservations: list[Reservation]
 ) -> dict[tuple[str, int], Job]:
-    """Who holds each reserved GPU: the holding job with the lowest id placed on it (bad GPU indices
+    """Who holds each reserved GPU: the placed job with the lowest id placed on it (bad GPU indices
     skipped), whatever order the snapshot lists the jobs in."""
     nodes = cap.layout.nodes
     ordinal = cap.layout.ordinal
     wanted = {(r.node, g) for r in reservations for g in r.gpus if 0 <= g < nodes[ordinal[r.node]].gpus}
     named = {n for n, _ in wanted}
     holder_of: dict[tuple[str, int], Job] = {}
-    for job in sorted(holding, key=lambda j: j.id):
+    for job in sorted(placed, key=lambda j: j.id):
         for w in job.placement:
             if w.node in named:
                 for g in w.gpus:
@@ -323,9 +324,9 @@ def on_reserved(cap: FreeCapacity, shape: Shape, own: list[ReservedGpus]) -> Pla
 
 
 def waiting_for(holders: list[Job]) -> str:
-    """Hold reason of a preemptor whose GPUs are still being freed."""
+    """Wait reason of a preemptor whose GPUs are still being freed."""
     ids = ", ".join(str(h.id) for h in holders)
     plural = "s" if len(holders) > 1 else ""
-    suspending = all(h.state in ("SUSPENDING", "RUNNING") and h.max_schedule == 0 for h in holders)
+    suspending = all(h.state in ("SUSPENDING", "RUNNING") and not is_high(h.max_schedule) for h in holders)
     verb = "suspend" if suspending else "release its GPUs" if len(holders) == 1 else "release their GPUs"
     return f"waiting for job{plural} {ids} to {verb}"

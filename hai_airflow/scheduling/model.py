@@ -12,12 +12,12 @@ if TYPE_CHECKING:
 
 RunState = Literal["PENDING", "SUSPENDED", "STARTING", "RUNNING", "SUSPENDING"]
 WAITING: frozenset[str] = frozenset({"PENDING", "SUSPENDED"})
-HOLDING: frozenset[str] = frozenset({"STARTING", "RUNNING", "SUSPENDING"})
+PLACED: frozenset[str] = frozenset({"STARTING", "RUNNING", "SUSPENDING"})
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A machine: capacity only; what is used is derived from the jobs holding it."""
+    """A machine: capacity only; what is used is derived from the jobs placed on it."""
 
     name: str
     gpu_type: str
@@ -55,9 +55,9 @@ class Job:
     memory_gb_per_worker: float = 0
     gpu_type: str | None = None
     started_at: float | None = None
-    """Start of the current run (holding jobs)."""
+    """Start of the current run (placed jobs)."""
     placement: Placement = ()
-    """Where a holding job runs."""
+    """Where a placed job runs."""
     suspended_seconds: float = 0
     """Total time spent suspended so far (waiting again after a preemption)."""
     suspended_at: float | None = None
@@ -96,13 +96,13 @@ class Reservation:
 class Snapshot:
     nodes: tuple[Node, ...]
     jobs: tuple[Job, ...]
-    """Every unfinished job: waiting (PENDING/SUSPENDED) and holding (STARTING/RUNNING/SUSPENDING)."""
+    """Every unfinished job: waiting (PENDING/SUSPENDED) and placed (STARTING/RUNNING/SUSPENDING)."""
     quota: Quota = field(default_factory=Quota)
     reservations: tuple[Reservation, ...] = ()
     policy: str = "seed"
     """Name of the ordering/victim strategy (see `policies.POLICIES`)."""
     usage: Usage | None = field(default=None, compare=False)
-    """What the holding jobs use, as kept by the cluster state (`ClusterState.snapshot`); None makes
+    """What the placed jobs use, as kept by the cluster state (`ClusterState.snapshot`); None makes
     the cycle count it from `jobs`. Read, never written, by the cycle."""
     usage_version: int = field(default=0, compare=False)
     """`usage.version` when the snapshot was taken: a usage that moved on since is refused."""
@@ -132,7 +132,7 @@ class Suspend:
 
 @dataclass(frozen=True, slots=True)
 class Reserve:
-    """Hold these GPUs for the preemptor until it is admitted (controller stores it)."""
+    """Wait these GPUs for the preemptor until it is admitted (controller stores it)."""
 
     job_id: int
     placement: Placement
@@ -140,7 +140,7 @@ class Reserve:
 
 
 @dataclass(frozen=True, slots=True)
-class Hold:
+class Wait:
     """The job keeps waiting; `reason` says why, in words a user understands."""
 
     job_id: int
@@ -157,4 +157,4 @@ class Reject:
     reason: str
 
 
-Decision = Admit | Suspend | Reserve | Hold | Reject
+Decision = Admit | Suspend | Reserve | Wait | Reject

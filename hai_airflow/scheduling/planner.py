@@ -10,16 +10,16 @@ from hai_airflow.scheduling.policies import POLICIES
 def plan(snapshot: Snapshot, now: float) -> list[Decision]:
     """One scheduling cycle. Pure: no I/O, no clock, no randomness; the snapshot is not modified.
 
-    1. snapshot -> free-capacity index (holding jobs and live reservations subtracted);
+    1. snapshot -> free-capacity index (placed jobs and live reservations subtracted);
     2. order the waiting queue (PENDING and SUSPENDED jobs) by the snapshot's policy;
-    3. for each head, in order: Reject if it can never fit; Hold if high priority would break
-       quota; Admit if it can be placed (a reservation first); Hold while its own victims suspend;
-       Suspend victims + Reserve (high jobs only); else Hold, raising the starvation guard for the
+    3. for each head, in order: Reject if it can never fit; Wait if high priority would break
+       quota; Admit if it can be placed (a reservation first); Wait while its own victims suspend;
+       Suspend victims + Reserve (high jobs only); else Wait, raising the starvation guard for the
        first high job (any job under fifo) that cannot be placed even with preemption;
     4. return the decisions, in queue order.
 
-    Every waiting job gets exactly one of Admit, Hold or Reject; Suspend and Reserve come just
-    before the preemptor's Hold. Hold.position counts held jobs from 1 in queue order.
+    Every waiting job gets exactly one of Admit, Wait or Reject; Suspend and Reserve come just
+    before the preemptor's Wait. Wait.position counts waiting jobs from 1 in queue order.
     """
     policy = POLICIES.get(snapshot.policy)
     if policy is None:

@@ -74,7 +74,7 @@ def high_priority_allowed(
 ) -> QuotaVerdict:
     """May a job of `gpus` GPUs be high priority, given every unfinished job in `jobs`?
 
-    :param jobs: every unfinished job (waiting and holding); only high-priority ones count.
+    :param jobs: every unfinished job (waiting and placed); only high-priority ones count.
     :param exclude_job: the job being promoted or re-checked, so it is not counted twice.
     """
     per_user, per_group = high_gpus(j for j in jobs if j.id != exclude_job)

@@ -1,6 +1,6 @@
 """The cluster as the scheduler keeps it between cycles, changed by events, never re-read whole.
 
-Nodes, unfinished jobs, reservations and quota, plus what the holding jobs use (`Usage`), which
+Nodes, unfinished jobs, reservations and quota, plus what the placed jobs use (`Usage`), which
 each event brings up to date by difference. The server's controller applies the store's changes to
 it; the simulator applies its virtual clock's events to it; both hand `snapshot()` to `plan()`.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import HOLDING, Job, Node, Quota, Reservation, Snapshot
+from hai_airflow.scheduling.model import PLACED, Job, Node, Quota, Reservation, Snapshot
 from hai_airflow.scheduling.usage import Usage
 
 
@@ -44,7 +44,7 @@ class ClusterState:
         state = cls(nodes, quota, policy)
         for job in jobs:
             state.jobs[job.id] = job
-        state.usage = Usage.fresh(state.usage.layout, (j for j in state.jobs.values() if j.state in HOLDING))
+        state.usage = Usage.fresh(state.usage.layout, (j for j in state.jobs.values() if j.state in PLACED))
         per_job: dict[int, list[Reservation]] = {}
         for r in reservations:
             per_job.setdefault(r.job_id, []).append(r)
@@ -82,8 +82,8 @@ class ClusterState:
     def nodes_changed(self, nodes: Sequence[Node]) -> None:
         """Nodes were added, removed or resized: the usage is counted afresh over the new layout."""
         self.nodes = tuple(nodes)
-        holding = [j for j in self.jobs.values() if j.state in HOLDING]
-        self.usage = Usage.fresh(Layout.build(self.nodes), holding)
+        placed = [j for j in self.jobs.values() if j.state in PLACED]
+        self.usage = Usage.fresh(Layout.build(self.nodes), placed)
 
     # ---- reading ----------------------------------------------------------------------------------
 

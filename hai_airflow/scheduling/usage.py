@@ -1,8 +1,8 @@
-"""What the holding jobs use: free resources per node and high-priority GPUs per user and group.
+"""What the placed jobs use: free resources per node and high-priority GPUs per user and group.
 
-Built once from the holding jobs (`fresh`), then kept up to date job by job (`replace`) by the
+Built once from the placed jobs (`fresh`), then kept up to date job by job (`replace`) by the
 cluster state between cycles; a planning cycle only reads it. Either way the counts are what a fresh
-count over all holding jobs gives (a property test compares both ways).
+count over all placed jobs gives (a property test compares both ways).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import HOLDING, Job
+from hai_airflow.scheduling.model import PLACED, Job
 from hai_airflow.scheduling.quota import count_high
 
 NodeFreeBase = tuple[tuple[int, ...], float, float]
@@ -24,14 +24,14 @@ Share = tuple[tuple[int, ...], float, float]
 
 @dataclass(slots=True)
 class Usage:
-    """Per-node use of the holding jobs, as free resources and as the free-capacity index's buckets.
+    """Per-node use of the placed jobs, as free resources and as the free-capacity index's buckets.
 
     Read-only for a cycle: `FreeCapacity` copies what it changes, the cycle copies the quota counts.
     """
 
     layout: Layout
     jobs: dict[int, Job] = field(default_factory=dict)
-    """Job id -> holding job counted here."""
+    """Job id -> placed job counted here."""
     shares: dict[int, dict[int, Share]] = field(default_factory=dict)
     """Node ordinal -> job id -> that job's share of the node."""
     free: dict[int, NodeFreeBase] = field(default_factory=dict)
@@ -46,7 +46,7 @@ class Usage:
 
     @classmethod
     def fresh(cls, layout: Layout, holding: Iterable[Job]) -> Usage:
-        """Count every holding job, then list every node in its bucket."""
+        """Count every placed job, then list every node in its bucket."""
         usage = cls(layout)
         for job in holding:
             usage.jobs[job.id] = job
@@ -62,8 +62,8 @@ class Usage:
 
     def replace(self, old: Job | None, new: Job | None) -> None:
         """A job's record changed from `old` to `new` (None: not known / gone); count the difference."""
-        gone = [old] if old is not None and old.state in HOLDING else []
-        added = [new] if new is not None and new.state in HOLDING else []
+        gone = [old] if old is not None and old.state in PLACED else []
+        added = [new] if new is not None and new.state in PLACED else []
         if gone and added and same_use(gone[0], added[0]):
             self.jobs[added[0].id] = added[0]
             return
@@ -143,6 +143,6 @@ class Usage:
 
 
 def same_use(a: Job, b: Job) -> bool:
-    """Two records of a holding job that count the same (e.g. only a checkpoint time moved)."""
+    """Two records of a placed job that count the same (e.g. only a checkpoint time moved)."""
     return (a.placement == b.placement and a.max_schedule == b.max_schedule and a.user == b.user
             and a.group == b.group and a.total_gpus == b.total_gpus)

@@ -9,6 +9,7 @@ from hai_airflow.scheduling.capacity import ANY, EPS, FreeCapacity, NodeFree, Sh
 from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.model import Job
 from hai_airflow.scheduling.policies import Policy
+from hai_airflow.spec import is_high
 
 MAX_SET_CANDIDATES = 64
 """Bound on a victim-set search: at most this many compatible jobs are considered together."""
@@ -44,7 +45,7 @@ class Freed:
 
 
 @dataclass(slots=True)
-class VictimPool:
+class VictimCandidates:
     """Running low-priority jobs in the policy's victim order, and what this cycle learnt about them."""
 
     by_pool: dict[str, list[Job]]
@@ -66,7 +67,7 @@ class VictimPool:
     """Memo: shapes no victim or bounded victim set could make room for this cycle (same argument)."""
 
     @classmethod
-    def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimPool:
+    def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimCandidates:
         candidates = sorted((j for j in jobs if is_candidate(j)), key=lambda j: policy.victim_key(j, now))
         releases = {j.id: releases_of(j, cap) for j in candidates}
         by_pool: dict[str, list[Job]] = {ANY: candidates}
@@ -83,7 +84,7 @@ class VictimPool:
 
 def is_candidate(job: Job) -> bool:
     """Only RUNNING low-priority jobs may be suspended (high never preempts high)."""
-    return job.state == "RUNNING" and job.max_schedule == 0
+    return job.state == "RUNNING" and not is_high(job.max_schedule)
 
 
 def releases_of(job: Job, cap: FreeCapacity) -> list[NodeRelease]:
@@ -118,7 +119,7 @@ def frees_one_worker(r: NodeRelease, shape: Shape) -> bool:
             and f.memory_gb + r.memory_gb + EPS >= shape.memory_gb)
 
 
-def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, memo: bool) -> Job | None:
+def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, memo: bool) -> Job | None:
     """The first candidate in victim order whose suspension alone makes room for the whole gang."""
     pools = cap.pools(shape)
     allowed = None if pools == (ANY,) else set(pools)
@@ -196,7 +197,7 @@ class RoomWithVictims:
         return gained
 
 
-def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, pool: str) -> list[Job] | None:
+def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, pool: str) -> list[Job] | None:
     """Minimal set: take candidates in victim order until the gang fits, then drop any not needed."""
     room = RoomWithVictims(shape, pool, pool_of.releases, cap.count_fitting(pool, shape, shape.workers))
     chosen: list[Job] = []
@@ -222,7 +223,7 @@ def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, pool: str) 
     return chosen
 
 
-def find_victims(cap: FreeCapacity, shape: Shape, pool_of: VictimPool, memo: bool = True) -> list[Job]:
+def find_victims(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, memo: bool = True) -> list[Job]:
     """Victims for a high job that cannot be placed: one job if any suffices, else a minimal set.
 
     `memo` is off when the job brings its own reserved GPUs (capacity is then not the shared one).

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hai_airflow.server.snapshot import HOLDING, placement_from_json
+from hai_airflow.server.snapshot import PLACED, placement_from_json
 from hai_airflow.server.tables import InstanceRow, JobRow, NodeRow
 from hai_airflow.spec import NodeView, ResourcePackage, ResourcePackageView
 
@@ -30,7 +30,7 @@ def node_usage(session: Session) -> list[NodeUse]:
     running = session.execute(
         select(InstanceRow.job_id, InstanceRow.placement)
         .join(JobRow, JobRow.id == InstanceRow.job_id)
-        .where(InstanceRow.ended_at.is_(None), JobRow.state.in_(HOLDING))
+        .where(InstanceRow.ended_at.is_(None), JobRow.state.in_(PLACED))
     )
     for job_id, placement in running:
         for w in placement_from_json(placement):

@@ -1,4 +1,5 @@
-"""The controller loop: hold the lease, snapshot the store, plan, apply decisions through the backend."""
+"""The controller loop: hold the lease, keep the cluster state by the change feed, plan, apply the
+decisions through the backend."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 from hai_airflow.backends import logs
 from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
-from hai_airflow.scheduling.model import Admit, Hold, Reject, Reserve, Suspend
+from hai_airflow.scheduling.model import Admit, Reject, Reserve, Suspend, Wait
 from hai_airflow.server import admission, changes, lease, paths, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
@@ -262,7 +263,7 @@ class Controller:
         holds: dict[int, str] = {}
         reasons = self.follower.reasons
         for d in decisions:
-            if isinstance(d, Hold):
+            if isinstance(d, Wait):
                 if reasons.get(d.job_id) != d.reason:
                     holds[d.job_id] = d.reason
             elif isinstance(d, Admit):

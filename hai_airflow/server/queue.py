@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling import plan, weight
-from hai_airflow.scheduling.model import Admit, Hold, Reject
+from hai_airflow.scheduling.model import Admit, Reject, Wait
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.snapshot import WAITING, planner_job, read_store
 from hai_airflow.server.tables import InstanceRow, JobRow
@@ -77,7 +77,7 @@ def queue_entries(
     for d in decisions:
         if isinstance(d, Admit):
             add(d.job_id, f"starting: {d.reason}", None)
-        elif isinstance(d, Hold):
+        elif isinstance(d, Wait):
             add(d.job_id, d.reason, d.blocked_by)
         elif isinstance(d, Reject):
             add(d.job_id, f"cannot run: {d.reason}", None)

@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling.model import (
-    HOLDING,
+    PLACED,
     WAITING,
     Job,
     Node,
@@ -59,7 +59,7 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
     yet still holds its GPUs until its instance exits.
     """
     state = row.state
-    if state in HOLDING and current is not None and current.stop_kind is not None:
+    if state in PLACED and current is not None and current.stop_kind is not None:
         state = "SUSPENDING"
     return Job(
         id=row.id,
@@ -73,7 +73,7 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
         cpus_per_worker=row.cpus_per_worker,
         memory_gb_per_worker=row.memory_gb_per_worker,
         gpu_type=row.gpu_type,
-        started_at=row.started_at if state in HOLDING else None,
+        started_at=row.started_at if state in PLACED else None,
         placement=placement_from_json(current.placement) if current is not None else (),
         suspended_seconds=row.suspended_seconds,
         suspended_at=row.suspended_at,
@@ -87,7 +87,7 @@ def schedulable(row: JobRow) -> bool:
     """Waiting jobs an admin holds or whose cancel is pending are kept from the planner."""
     if row.state in WAITING:
         return not row.held and not row.cancel_requested
-    return row.state in HOLDING
+    return row.state in PLACED
 
 
 def quota_of(session: Session) -> Quota:

@@ -27,6 +27,8 @@ from hai_airflow.spec import (
     ResourcePackage,
     StandaloneJobSpec,
     SubmitRequest,
+    is_high,
+    priority_class,
 )
 
 QUOTA_FIX = "Submit with --max-schedule 0 for low priority, or ask your group admin to raise your quota"
@@ -122,7 +124,8 @@ def check_references(
 def _counted() -> ColumnElement[bool]:
     """Jobs that use high-priority quota: unfinished, high priority, and not a waiting job being cancelled."""
     waiting_cancelled = JobRow.cancel_requested.is_(True) & JobRow.state.in_(("PENDING", "SUSPENDED"))
-    return JobRow.state.not_in(TERMINAL_STATES) & (JobRow.max_schedule > 0) & ~waiting_cancelled
+    high = JobRow.max_schedule > 0  # spec.is_high, in SQL
+    return JobRow.state.not_in(TERMINAL_STATES) & high & ~waiting_cancelled
 
 
 def high_usage(
@@ -213,14 +216,14 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
         cancel_requested=False,
         reason="waiting for the scheduler",
     )
-    priority = "high" if spec.max_schedule > 0 else "low"
+    priority = priority_class(spec.max_schedule)
     what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
     by = f", submitted by {caller.actor}" if caller.via else ""
     try:
         with ctx.store.write() as s:
             s.add(row)
             s.flush()
-            if spec.max_schedule > 0:
+            if is_high(spec.max_schedule):
                 check_quota(ctx, s, caller.name, caller.group, res.gpus, exclude_job=row.id)
             s.add(
                 EventRow(

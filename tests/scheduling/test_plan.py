@@ -10,12 +10,12 @@ from hai_airflow.scheduling import POLICIES, plan
 from hai_airflow.scheduling.model import (
     Admit,
     Decision,
-    Hold,
     Reject,
     Reservation,
     Reserve,
     Snapshot,
     Suspend,
+    Wait,
 )
 
 from .builders import T0, JobBuilder, job, node, snapshot, wp
@@ -48,7 +48,7 @@ CASES = [
         [
             Suspend(12, 1, f"suspended so high-priority job 1 can run ({LONGEST})"),
             Reserve(1, (wp("n2", *ALL8),), "GPUs freed by suspending job 12 are held for job 1: n2 GPUs 0-7"),
-            Hold(1, "waiting for job 12 to suspend", 1, 12),
+            Wait(1, "waiting for job 12 to suspend", 1, 12),
         ],
         id="suspends the longest-running low job",
     ),
@@ -62,7 +62,7 @@ CASES = [
         [
             Suspend(13, 1, f"suspended so high-priority job 1 can run ({LONGEST})"),
             Reserve(1, (wp("n2", *ALL8),), "GPUs freed by suspending job 13 are held for job 1: n2 GPUs 0-7"),
-            Hold(1, "waiting for job 13 to suspend", 1, 13),
+            Wait(1, "waiting for job 13 to suspend", 1, 13),
         ],
         id="a single sufficient victim is preferred over a longer-running set",
     ),
@@ -79,7 +79,7 @@ CASES = [
                             f"fewest jobs in order: {LONGEST})") for v in (21, 22)),
             Reserve(1, (wp("n1", *ALL8),), "GPUs freed by suspending jobs 21, 22 are held for job 1: "
                                            "n1 GPUs 0-7"),
-            Hold(1, "waiting for jobs 21, 22 to suspend", 1, 21),
+            Wait(1, "waiting for jobs 21, 22 to suspend", 1, 21),
         ],
         id="a victim set when no single job suffices, the unneeded job 24 dropped",
     ),
@@ -88,12 +88,12 @@ CASES = [
             job(11).high().gpus(8).running_since(T0 - 900).on("n1"),
             job(1).high().gpus(8),
         ]),
-        [Hold(1, f"{FULL}; {NO_VICTIM}; nodes n1 are kept for it (starvation guard)", 1)],
+        [Wait(1, f"{FULL}; {NO_VICTIM}; nodes n1 are kept for it (starvation guard)", 1)],
         id="high never preempts high",
     ),
     pytest.param(
         snapshot([node("n1")], [full_node(11, "n1", T0 - 900), job(1).low().gpus(8)]),
-        [Hold(1, FULL, 1)],
+        [Wait(1, FULL, 1)],
         id="low never preempts",
     ),
     pytest.param(
@@ -103,7 +103,7 @@ CASES = [
             job(2).low().gpus(8).by("alice"),
         ], users={"alice": 8}),
         [
-            Hold(1, "over your high-priority quota (16/8 GPUs in group vision)", 1),
+            Wait(1, "over your high-priority quota (16/8 GPUs in group vision)", 1),
             Admit(2, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
         ],
         id="over the user's quota a high job waits; a low one runs",
@@ -113,7 +113,7 @@ CASES = [
             job(11).high().gpus(8).by("bob").running_since(T0 - 50).on("n1"),
             job(1).high().gpus(8).by("alice"),
         ], groups={"vision": 8}),
-        [Hold(1, "over group vision's high-priority quota (16/8 GPUs)", 1)],
+        [Wait(1, "over group vision's high-priority quota (16/8 GPUs)", 1)],
         id="over the group's quota a high job waits",
     ),
     pytest.param(
@@ -125,7 +125,7 @@ CASES = [
         [
             Admit(1, (wp("n1", *ALL8),), False, "starts on n1 GPUs 0-7"),
             Admit(2, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
-            Hold(3, "over your high-priority quota (24/16 GPUs in group vision)", 1),
+            Wait(3, "over your high-priority quota (24/16 GPUs in group vision)", 1),
         ],
         id="admissions in one cycle count against quota at once",
     ),
@@ -136,7 +136,7 @@ CASES = [
             job(2).gpus(4).submitted(T0 - 30),
         ]),
         [
-            Hold(1, "needs 2 workers of 8xV100; room for 1 now", 1),
+            Wait(1, "needs 2 workers of 8xV100; room for 1 now", 1),
             Admit(2, (wp("n2", 4, 5, 6, 7),), False, "starts on n2 GPUs 4-7"),
         ],
         id="gang: two 8-GPU workers get both nodes or none",
@@ -155,7 +155,7 @@ CASES = [
         [
             Admit(1, (wp("a1", *ALL8),), False, "starts on a1 GPUs 0-7"),
             Admit(2, (wp("v1", 0, 1),), False, "starts on v1 GPUs 0-1"),
-            Hold(3, "needs 2xA100 on one node; largest free block is 0", 1),
+            Wait(3, "needs 2xA100 on one node; largest free block is 0", 1),
         ],
         id="GPU type is respected",
     ),
@@ -182,7 +182,7 @@ CASES = [
         ]),
         [
             Admit(1, (wp("n1", 0, 1, cpus=6, memory_gb=16),), False, "starts on n1 GPUs 0-1"),
-            Hold(2, "needs 2xV100 on one node; nodes with 2 free GPUs lack 4 CPUs / 16 GB free", 1),
+            Wait(2, "needs 2xV100 on one node; nodes with 2 free GPUs lack 4 CPUs / 16 GB free", 1),
             Admit(3, (wp("n1", cpus=2, memory_gb=48),), False, "starts on n1"),
         ],
         id="CPUs and memory limit placement; CPU jobs place by CPUs and memory only",
@@ -194,7 +194,7 @@ CASES = [
         ]),
         [
             Admit(2, (wp("n1", *ALL8),), True, "resumes on n1 GPUs 0-7"),
-            Hold(1, FULL, 1),
+            Wait(1, FULL, 1),
         ],
         id="a suspended job resumes before a newer pending low job",
     ),
@@ -206,8 +206,8 @@ CASES = [
             job(3).low().gpus(4),
         ], reservations=(Reservation(7, "n1", ALL8),)),
         [
-            Hold(7, "waiting for job 11 to suspend", 1, 11),
-            Hold(3, "needs 4xV100 on one node; largest free block is 0", 2),
+            Wait(7, "waiting for job 11 to suspend", 1, 11),
+            Wait(3, "needs 4xV100 on one node; largest free block is 0", 2),
         ],
         id="reserved GPUs stay free for their job, which takes no new victims meanwhile",
     ),
@@ -226,7 +226,7 @@ CASES = [
             job(8).high(4).gpus(8),
         ], reservations=(Reservation(7, "n1", ALL8),), users={"alice": 8}),
         [
-            Hold(8, "over your high-priority quota (16/8 GPUs in group vision)", 1),
+            Wait(8, "over your high-priority quota (16/8 GPUs in group vision)", 1),
             Admit(7, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
         ],
         id="a job with a reservation counts against quota, and starts elsewhere if it can",
@@ -239,7 +239,7 @@ CASES = [
         ], reservations=(Reservation(7, "n1", ALL8),)),
         [
             Reject(3, "no node has GPU type A100 (this cluster has V100)"),
-            Hold(4, FULL.replace("8x", "2x"), 1),
+            Wait(4, FULL.replace("8x", "2x"), 1),
         ],
         id="a reservation of a job that no longer waits is ignored",
     ),
@@ -253,9 +253,9 @@ CASES = [
             job(3).low().gpus(2),
         ]),
         [
-            Hold(1, "needs 8xV100 on one node; largest free block is 4; "
+            Wait(1, "needs 8xV100 on one node; largest free block is 4; "
                     f"{NO_VICTIM}; nodes n2 are kept for it (starvation guard)", 1),
-            Hold(2, "nodes n2 reserved for job 1 (starvation guard)", 2, 1),
+            Wait(2, "nodes n2 reserved for job 1 (starvation guard)", 2, 1),
             Admit(3, (wp("n3", 6, 7),), False, "starts on n3 GPUs 6-7"),
         ],
         id="starvation guard keeps the nearest node for the first high job",
@@ -293,7 +293,7 @@ def test_policy_victim(policy: str, victim: int) -> None:
         Suspend(victim, 1, f"suspended so high-priority job 1 can run ({rule})"),
         Reserve(1, (wp(node_of[victim], *ALL8),),
                 f"GPUs freed by suspending job {victim} are held for job 1: {node_of[victim]} GPUs 0-7"),
-        Hold(1, f"waiting for job {victim} to suspend", 1, victim),
+        Wait(1, f"waiting for job {victim} to suspend", 1, victim),
     ]
 
 
@@ -305,7 +305,7 @@ def test_fifo_never_preempts_and_ignores_priority() -> None:
     ], policy="fifo")
     assert plan(snap, T0) == [
         Admit(2, (wp("n2", *ALL8),), False, "starts on n2 GPUs 0-7"),
-        Hold(1, f"{FULL}; nodes n1 are kept for it (starvation guard)", 1),
+        Wait(1, f"{FULL}; nodes n1 are kept for it (starvation guard)", 1),
     ]
 
 

@@ -11,11 +11,10 @@ from hypothesis import strategies as st
 
 from hai_airflow.scheduling import POLICIES, plan
 from hai_airflow.scheduling.model import (
-    HOLDING,
+    PLACED,
     WAITING,
     Admit,
     Decision,
-    Hold,
     Job,
     Node,
     Quota,
@@ -24,6 +23,7 @@ from hai_airflow.scheduling.model import (
     Reserve,
     Snapshot,
     Suspend,
+    Wait,
     WorkerPlacement,
 )
 
@@ -138,9 +138,9 @@ def usage(snapshot: Snapshot, placements: list[tuple[int, tuple[WorkerPlacement,
 def check(snapshot: Snapshot, decisions: list[Decision]) -> None:
     jobs = {j.id: j for j in snapshot.jobs}
     waiting = {j.id for j in snapshot.jobs if j.state in WAITING}
-    holding = [j for j in snapshot.jobs if j.state in HOLDING]
-    verdicts = Counter(d.job_id for d in decisions if isinstance(d, Admit | Hold | Reject))
-    assert verdicts == Counter(waiting), "every waiting job gets exactly one Admit, Hold or Reject"
+    holding = [j for j in snapshot.jobs if j.state in PLACED]
+    verdicts = Counter(d.job_id for d in decisions if isinstance(d, Admit | Wait | Reject))
+    assert verdicts == Counter(waiting), "every waiting job gets exactly one Admit, Wait or Reject"
     admits = [d for d in decisions if isinstance(d, Admit)]
     suspends = [d for d in decisions if isinstance(d, Suspend)]
     reserves = [d for d in decisions if isinstance(d, Reserve)]
@@ -182,7 +182,7 @@ def check(snapshot: Snapshot, decisions: list[Decision]) -> None:
             limit = limits.get(getattr(j, key))
             if j.max_schedule > 0 and j.total_gpus > 0 and limit is not None:
                 assert used[getattr(j, key)] <= limit, f"high job {j.id} admitted over {key} quota"
-    positions = [d.position for d in decisions if isinstance(d, Hold)]
+    positions = [d.position for d in decisions if isinstance(d, Wait)]
     assert positions == list(range(1, len(positions) + 1))
 
 

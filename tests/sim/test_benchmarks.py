@@ -63,14 +63,20 @@ def test_server_bench_prints_every_figure_for_each_store():
     # A subprocess: the benchmark starts real `hai serve` processes (and PostgreSQL when one answers).
     done = subprocess.run(
         [sys.executable, str(BENCHMARKS / "server_bench.py"), "--jobs", "3", "--clients", "2",
-         "--submissions", "4", "--store-jobs", "30"],
+         "--submissions", "4", "--store-jobs", "30", "--load-nodes", "2", "--load-submissions", "6"],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("sqlite", "postgresql"))]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("sqlite", "postgresql"))]
+    rows = [line.split() for line in lines if "under load" not in line]
     assert rows and rows[0][0] == "sqlite"
     for row in rows:
         assert row[-2] != "0.0" and row[-3] == "30", row  # planner cycle timed; 30 jobs stored
+    loaded = [line for line in lines if "under load" in line]
+    assert len(loaded) == len(rows), done.stdout
+    for line in loaded:
+        found = re.search(r"30 queued behind 2 full nodes, 6 submissions .*: ([\d.]+)/s, planner cycle", line)
+        assert found is not None and float(found[1]) > 0, line
 
 
 def test_cycle_bench_times_the_controller_cycle_on_a_full_cluster(benchmarks_on_path, capsys):
