@@ -70,5 +70,7 @@ def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
                     raise typer.Exit(0)
                 with contextlib.suppress(Exception):
                     runner.run(_any_change(connection, watched, REFRESH_SECONDS))
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        # Ctrl-C during a wait cancels it; asyncio re-raises that as KeyboardInterrupt, or as the
+        # CancelledError itself when the cancellation was counted twice. Either way: stopped by the user.
         raise typer.Exit(130) from None

@@ -370,8 +370,8 @@ def test_watch_on_a_terminal_redraws_in_place_and_ctrl_c_stops_it(
             seen += chunk
     os.close(fd)
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 130
     text = seen.decode("utf-8", "replace")
+    assert os.waitstatus_to_exitcode(status) == 130, text
     assert "\x1b[H\x1b[2J" in text and "hai task (watching; Ctrl-C to stop)" in text
     assert str(job) in text and "Traceback" not in text
 
