@@ -362,12 +362,16 @@ def test_watch_on_a_terminal_redraws_in_place_and_ctrl_c_stops_it(
         if select.select([fd], [], [], 1)[0]:
             seen += os.read(fd, 65536)
     os.kill(pid, signal.SIGINT)
+    # Read until the child has gone (the pty then reads EOF or EIO): closing it earlier would hang up
+    # on a child still shutting down under load, which then dies of SIGHUP instead of exiting 130.
+    until = time.monotonic() + 60
     with contextlib.suppress(OSError):
-        while select.select([fd], [], [], 5)[0]:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            seen += chunk
+        while time.monotonic() < until:
+            if select.select([fd], [], [], 1)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                seen += chunk
     os.close(fd)
     _, status = os.waitpid(pid, 0)
     text = seen.decode("utf-8", "replace")
