@@ -3,9 +3,7 @@ the controller acts on, brought up to date by the store's change feed instead of
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -20,10 +18,11 @@ from hai_airflow.server.snapshot import (
     nodes_of,
     planner_job,
     quota_of,
+    reservations_of,
     schedulable,
     unfinished_jobs,
 )
-from hai_airflow.server.tables import InstanceRow, JobRow, ReservationRow
+from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import TERMINAL_STATES
 
 log = logging.getLogger("hai.server.follow")
@@ -75,13 +74,6 @@ def read_all(session: Session, policy: str) -> Kept:
     for r in rows:
         kept.keep(r)
     return kept
-
-
-def reservations_of(session: Session, job_ids: Iterable[int] | None = None) -> list[Reservation]:
-    query = select(ReservationRow).order_by(ReservationRow.id)
-    if job_ids is not None:
-        query = query.where(ReservationRow.job_id.in_(list(job_ids)))
-    return [Reservation(r.job_id, r.node, tuple(json.loads(r.gpus))) for r in session.scalars(query)]
 
 
 class StoreFollower:

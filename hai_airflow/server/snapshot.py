@@ -114,14 +114,19 @@ def current_instances(session: Session, job_ids: Iterable[int] | None = None) ->
     return {i.job_id: i for i in session.scalars(query)}
 
 
+def reservations_of(session: Session, job_ids: Iterable[int] | None = None) -> list[Reservation]:
+    """Reserved GPUs, oldest first (of these jobs only, when given)."""
+    query = select(ReservationRow).order_by(ReservationRow.id)
+    if job_ids is not None:
+        query = query.where(ReservationRow.job_id.in_(list(job_ids)))
+    return [Reservation(r.job_id, r.node, tuple(json.loads(r.gpus))) for r in session.scalars(query)]
+
+
 def read_store(session: Session, policy: str) -> StoreView:
     rows = unfinished_jobs(session)
     current = current_instances(session)
     jobs = tuple(planner_job(r, current.get(r.id)) for r in rows if schedulable(r))
-    reservations = tuple(
-        Reservation(r.job_id, r.node, tuple(json.loads(r.gpus)))
-        for r in session.scalars(select(ReservationRow))
-    )
+    reservations = tuple(reservations_of(session))
     snapshot = Snapshot(
         nodes=nodes_of(session), jobs=jobs, quota=quota_of(session), reservations=reservations, policy=policy
     )
