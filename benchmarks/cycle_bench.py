@@ -4,9 +4,11 @@ The real controller, store and planner, in this process: one cycle = read what c
 feed), plan, write what the plan decided. The 1,000 machines of 8 GPUs cannot run here, so a stand-in
 backend (below) says every instance started and none ends; the 1,000 running jobs are rows in the store.
 
-Prints, per store: the cycle with nothing new (median and range of the cycles timed), the cycle after
-a burst of new submissions and one job ending, the full read of the store the controller no longer does
-per cycle (for comparison), and this process's resident memory.
+Prints, per store: the cycle with nothing new (settled: the last plan only made jobs wait, so it does
+not plan), the same cycle made to plan anyway (as it does every REPLAN_SECONDS), the cycle after a
+burst of new submissions and one job ending (median and range of the cycles timed, each), the full
+read of the store the controller no longer does per cycle (for comparison), and this process's
+resident memory.
 
 Run: .venv/bin/python benchmarks/cycle_bench.py [--queued 10000] [--nodes 1000] [--cycles 20]
 """
@@ -174,7 +176,11 @@ def bench(url: str, label: str, args: argparse.Namespace, home: Path) -> None:
     controller = Controller(ctx, StandIn())  # type: ignore[arg-type]
     controller.step(force=True)  # takes the lease, reads the store whole, writes every job's reason
     controller.cycle()
-    idle = [cycle_ms(controller) for _ in range(args.cycles)]
+    idle = [cycle_ms(controller) for _ in range(args.cycles)]  # settled: nothing new, no plan
+    replanned = []
+    for _ in range(args.cycles):  # nothing new, planned anyway (as every REPLAN_SECONDS)
+        controller.settled = None
+        replanned.append(cycle_ms(controller))
     busy = []
     for k in range(args.cycles):
         with store.write() as s:  # a burst of submissions and one job ending, as the API and an exit would
@@ -190,14 +196,14 @@ def bench(url: str, label: str, args: argparse.Namespace, home: Path) -> None:
         read_all(s, config.server.policy)
     full_ms = (time.perf_counter() - began) * 1000
     queued = len([j for j in controller.follower.view().snapshot.jobs if j.state in ("PENDING", "SUSPENDED")])
-    verdict = (
-        "met" if statistics.median(idle) <= TARGET_MS and statistics.median(busy) <= TARGET_MS else "MISSED"
-    )
+    verdict = "met" if all(statistics.median(c) <= TARGET_MS for c in (idle, replanned, busy)) else "MISSED"
     print(
-        f"{label}: {queued} queued x {args.nodes} nodes: cycle idle median {statistics.median(idle):.1f} ms "
-        f"(range {min(idle):.1f}-{max(idle):.1f}), after 16 submits + 1 exit median "
+        f"{label}: {queued} queued x {args.nodes} nodes: cycle idle (settled, no plan) median "
+        f"{statistics.median(idle):.1f} ms (range {min(idle):.1f}-{max(idle):.1f}), idle planned anyway "
+        f"median {statistics.median(replanned):.1f} ms (range {min(replanned):.1f}-{max(replanned):.1f}), "
+        f"after 16 submits + 1 exit median "
         f"{statistics.median(busy):.1f} ms (range {min(busy):.1f}-{max(busy):.1f}); "
-        f"target {TARGET_MS:.0f} ms: "
+        f"target {TARGET_MS:.0f} ms for each: "
         f"{verdict}; a full read of the store {full_ms:.0f} ms (no longer per cycle); RSS {rss_mb():.0f} MB",
         flush=True,
     )

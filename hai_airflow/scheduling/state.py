@@ -19,7 +19,8 @@ class ClusterState:
 
     Events: `job_changed` (submitted, admitted, started, suspended, resumed, checkpointed: the job's
     new record), `job_left` (finished, cancelled, rejected, or held back by an admin), `reserved` /
-    `reservation_cleared`, `quota_changed`, `nodes_changed`.
+    `reservation_cleared`, `quota_changed`, `nodes_changed`. An event that changes nothing (a job
+    record as it was) is not counted in `events`.
     """
 
     def __init__(self, nodes: Sequence[Node] = (), quota: Quota | None = None, policy: str = "seed"):
@@ -30,6 +31,8 @@ class ClusterState:
         self._reservations: tuple[Reservation, ...] | None = ()
         self.nodes: tuple[Node, ...] = tuple(nodes)
         self.usage = Usage.fresh(Layout.build(self.nodes), ())
+        self.events = 0
+        """How many events changed this state; an unchanged count means an unchanged cluster (`Settled`)."""
 
     @classmethod
     def load(
@@ -57,6 +60,9 @@ class ClusterState:
     def job_changed(self, job: Job) -> None:
         """A job was submitted or its record changed (state, placement, checkpoint, priority)."""
         old = self.jobs.get(job.id)
+        if old == job:
+            return
+        self.events += 1
         self.jobs[job.id] = job
         self.usage.replace(old, job)
 
@@ -65,22 +71,31 @@ class ClusterState:
         Its reservation is the store's to clear (`reservation_cleared`)."""
         old = self.jobs.pop(job_id, None)
         if old is not None:
+            self.events += 1
             self.usage.replace(old, None)
 
     def reserved(self, job_id: int, reservations: Iterable[Reservation]) -> None:
         """GPUs are held for a waiting preemptor (replacing what was held for it before)."""
-        self.reservations[job_id] = tuple(reservations)
+        held = tuple(reservations)
+        if self.reservations.get(job_id) == held:
+            return
+        self.events += 1
+        self.reservations[job_id] = held
         self._reservations = None
 
     def reservation_cleared(self, job_id: int) -> None:
         if self.reservations.pop(job_id, None) is not None:
+            self.events += 1
             self._reservations = None
 
     def quota_changed(self, quota: Quota) -> None:
-        self.quota = quota
+        if quota != self.quota:
+            self.events += 1
+            self.quota = quota
 
     def nodes_changed(self, nodes: Sequence[Node]) -> None:
         """Nodes were added, removed or resized: the usage is counted afresh over the new layout."""
+        self.events += 1
         self.nodes = tuple(nodes)
         placed = [j for j in self.jobs.values() if j.state in PLACED]
         self.usage = Usage.fresh(Layout.build(self.nodes), placed)

@@ -18,6 +18,7 @@ from hai_airflow.backends import logs
 from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Admit, Reject, Reserve, Suspend, Wait
+from hai_airflow.scheduling.settled import Settled
 from hai_airflow.server import admission, changes, lease, paths, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
@@ -70,6 +71,8 @@ class Controller:
         self._settled_at = 0.0
         self.follower = StoreFollower(ctx.config.server.policy)
         """The store as this controller keeps it between cycles (read whole on taking the lease)."""
+        self.settled: Settled | None = None
+        """Set after a plan that only made jobs wait: until the next event, a cycle does not plan."""
 
     # ---- lifetime -----------------------------------------------------------------------------
 
@@ -246,16 +249,23 @@ class Controller:
             if moved:
                 log.warning("the kept cluster state differed from the store (%s); replaced", "; ".join(moved))
         self.follower.kept = fresh
+        self.settled = None  # a new state counts its events afresh
         with self._write() as s:
             changes.trim(s, now - FEED_KEPT_SECONDS)
         return self.follower.view()
 
     def cycle(self) -> None:
-        """Requests first (cancel, admin hold), then a plan over a fresh snapshot, applied in order."""
+        """Requests first (cancel, admin hold), then a plan over a fresh snapshot, applied in order;
+        no plan while the cluster is as the last plan, which only made jobs wait, left it (`Settled`)."""
         view = self.read()
         if self._handle_requests(view):
             view = self.read()
-        decisions = plan(view.snapshot, time.time())
+        now, events = time.time(), self.follower.events
+        if self.settled is not None and self.settled.holds(events, now):
+            self.ctx.metrics.settled_cycles.inc()
+            return
+        decisions = plan(view.snapshot, now)
+        self.settled = Settled.after(decisions, events, now)
         suspends: list[Suspend] = []
         reserves: list[Reserve] = []
         admits: list[Admit] = []

@@ -140,6 +140,12 @@ class StoreFollower:
         return self.kept.view()
 
     @property
+    def events(self) -> int:
+        """The kept state's event count (`ClusterState.events`)."""
+        assert self.kept is not None, "catch_up() first"
+        return self.kept.state.events
+
+    @property
     def reasons(self) -> dict[int, str | None]:
         assert self.kept is not None, "catch_up() first"
         return self.kept.reasons

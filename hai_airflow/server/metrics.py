@@ -92,6 +92,11 @@ class ServerMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
             registry=self.registry,
         )
+        self.settled_cycles = Counter(
+            "hai_planner_settled_cycles",
+            "Controller cycles that did not plan: nothing changed since a plan that only made jobs wait.",
+            registry=self.registry,
+        )
         self.request_latency = Histogram(
             "hai_api_request_duration_seconds",
             "Time until the response starts, by route template and method.",

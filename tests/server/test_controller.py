@@ -194,6 +194,23 @@ def test_cancel_stops_a_running_job_and_drops_a_waiting_one(run: Api) -> None:
     assert again.status_code == 409
 
 
+def test_a_settled_cluster_is_not_planned_again_until_something_changes(run: Api) -> None:
+    """After a plan that only made jobs wait, cycles skip planning; the next event plans at once."""
+    settled = "hai_planner_settled_cycles_total"
+    running = run.submit(cmd="python3 train.py 60", resource_pkg=457)
+    run.until_state(running["id"], "RUNNING")
+    waiting = run.submit(cmd="true", resource_pkg=454)
+    run.step()
+    assert run.job(waiting["id"])["state"] == "PENDING"
+    before = run.ctx.metrics.registry.get_sample_value(settled) or 0.0
+    for _ in range(3):
+        run.step()
+    assert run.ctx.metrics.registry.get_sample_value(settled) == before + 3, "nothing changed: not planned"
+    assert run.job(waiting["id"])["state"] == "PENDING"
+    run.post(f"/jobs/{running['id']}/cancel", "alice")  # an event: the GPUs come free
+    run.until_state(waiting["id"], "SUCCEEDED")
+
+
 def test_admin_hold_stops_the_job_until_resumed(run: Api) -> None:
     job = run.submit(cmd="python3 train.py 60")
     run.until_state(job["id"], "RUNNING")

@@ -5,11 +5,14 @@ controller, real processes, SQLite and PostgreSQL)."""
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from hai_airflow.scheduling import plan
+from hai_airflow.scheduling.model import Wait
 from hai_airflow.server import changes
 from hai_airflow.server.follow import differences, read_all
 from hai_airflow.server.tables import ChangeRow
@@ -31,6 +34,20 @@ def check_kept(api: Api) -> None:
         fresh = read_all(s, api.ctx.config.server.policy)
     assert kept.last_change == fresh.last_change
     assert differences(kept, fresh) == []
+
+
+def check_settled(api: Api) -> bool:
+    """A controller that would skip its next plan is right to: a plan over a fresh read only waits."""
+    controller = api.controller
+    assert controller is not None
+    now = time.time()
+    if controller.settled is None or not controller.settled.holds(controller.follower.events, now):
+        return False
+    with api.ctx.store.read() as s:
+        fresh = read_all(s, api.ctx.config.server.policy)
+    decisions = plan(fresh.state.snapshot(), now)
+    assert all(isinstance(d, Wait) for d in decisions), decisions
+    return True
 
 
 def act(api: Api, rng: random.Random, jobs: list[int]) -> str:
@@ -77,15 +94,18 @@ def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: i
     api.step()  # takes the lease and reads the store whole
     resynced = controller._last_resync
     jobs: list[int] = []
+    settled = 0
     for _ in range(40):
         what = act(api, rng, jobs)
         api.step()
         try:
             check_kept(api)
+            settled += check_settled(api)
         except AssertionError as e:
             raise AssertionError(f"after {what}: {e}") from e
     # Every cycle above was planned from the feed, not from a full read.
     assert controller._last_resync == resynced
+    assert settled, "no step left the cluster settled: the skip went unchecked"
     with api.ctx.store.read() as s:
         kinds = set(s.scalars(select(ChangeRow.kind)))
         assert changes.newest(s) > 40
