@@ -11,7 +11,8 @@ from sqlalchemy.orm import Session
 from hai_airflow.scheduling import plan, weight
 from hai_airflow.scheduling.model import Admit, Reject, Wait
 from hai_airflow.server.auth import Caller
-from hai_airflow.server.snapshot import WAITING, planner_job, read_store
+from hai_airflow.server.follow import read_all
+from hai_airflow.server.snapshot import WAITING, planner_job
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.server.views import job_view, other_job_view
 from hai_airflow.spec import QueueEntryView, QueueJobView, WeightTermView
@@ -53,7 +54,7 @@ def queue_entries(
 ) -> list[QueueEntryView]:
     """Waiting jobs in the order a fresh plan would serve them; admin-held ones last."""
     now = time.time() if now is None else now
-    view = read_store(session, policy)
+    view = read_all(session, policy).view()
     decisions = plan(view.snapshot, now)
     waiting = [r for r in view.jobs.values() if r.state in WAITING]
     preempted_by = _last_preemptor(session, [r.id for r in waiting])

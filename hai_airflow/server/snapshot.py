@@ -120,14 +120,3 @@ def reservations_of(session: Session, job_ids: Iterable[int] | None = None) -> l
     if job_ids is not None:
         query = query.where(ReservationRow.job_id.in_(list(job_ids)))
     return [Reservation(r.job_id, r.node, tuple(json.loads(r.gpus))) for r in session.scalars(query)]
-
-
-def read_store(session: Session, policy: str) -> StoreView:
-    rows = unfinished_jobs(session)
-    current = current_instances(session)
-    jobs = tuple(planner_job(r, current.get(r.id)) for r in rows if schedulable(r))
-    reservations = tuple(reservations_of(session))
-    snapshot = Snapshot(
-        nodes=nodes_of(session), jobs=jobs, quota=quota_of(session), reservations=reservations, policy=policy
-    )
-    return StoreView(snapshot=snapshot, jobs={r.id: r for r in rows}, current=current)
