@@ -95,6 +95,8 @@ class ClusterState:
 
     def nodes_changed(self, nodes: Sequence[Node]) -> None:
         """Nodes were added, removed or resized: the usage is counted afresh over the new layout."""
+        if tuple(nodes) == self.nodes:
+            return
         self.events += 1
         self.nodes = tuple(nodes)
         placed = [j for j in self.jobs.values() if j.state in PLACED]

@@ -63,6 +63,7 @@ def test_the_state_counts_events_that_change_something_only() -> None:
     state.job_left(1)
     assert state.events == 6
     state.nodes_changed([node("n1"), node("n2")])
+    state.nodes_changed([node("n1"), node("n2")])
     assert state.events == 7
 
 
