@@ -1,41 +1,95 @@
 """When planning again would decide nothing new: after a plan that only made jobs wait, until the
-next event (or REPLAN_SECONDS, for what moves with time alone)."""
+next event that could change a decision (or REPLAN_SECONDS, for what moves with time alone)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from hai_airflow.scheduling.model import Decision, Wait
+from hai_airflow.scheduling.capacity import Shape
+from hai_airflow.scheduling.cycle import Cycle
+from hai_airflow.scheduling.model import WAITING, Decision, Job, Snapshot, Wait
+from hai_airflow.scheduling.policies import POLICIES
+from hai_airflow.scheduling.state import ClusterState
+from hai_airflow.spec import is_high
 
 REPLAN_SECONDS = 10.0
 """A settled cluster is planned again at least this often, for what time alone moves: the order of
 low jobs under the seed weight (waiting and suspension time grow at different rates) and of victims
 under least-lost-work (GPU-seconds grow with each victim's size). Either changes which job waits at
 which position, or which victims a preemptor would pick; neither makes room where the last plan found
-none, so a job may start later than it could by at most this long only in that corner."""
+none, so a job may start later than it could by at most this long only in that corner. It is also
+how long a new job that waits anyway (`waits_anyway`) keeps the reason it was submitted with."""
 
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """The cluster as a plan that decided only waits left it: the state's event count then, and when.
+    """The cluster as a plan that decided only waits left it: the state's event count then, the
+    newest job id it saw, and when.
 
     With no event since, the nodes, jobs, reservations and quota are the ones that plan saw. It placed
     nothing and reserved nothing, so every job met the same free capacity, and the jobs that raise
     the starvation guard (high ones, or any under fifo) come in an order time does not change: the
-    same plan again would make the same jobs wait for the same reasons.
+    same plan again would make the same jobs wait for the same reasons. The same holds after events
+    that are only new jobs that wait anyway (`waits_anyway`): the plan would add their waits and
+    move the positions of the jobs queued behind them, nothing else.
     """
 
     events: int
     at: float
+    newest: int = 0
 
     @classmethod
-    def after(cls, decisions: Sequence[Decision], events: int, now: float) -> Settled | None:
-        """The plan's decisions, made over a state at `events`: settled if each one is a Wait."""
+    def after(cls, decisions: Sequence[Decision], state: ClusterState, now: float) -> Settled | None:
+        """The plan's decisions, made over `state` as it is now: settled if each one is a Wait."""
         if all(isinstance(d, Wait) for d in decisions):
-            return cls(events, now)
+            return cls(state.events, now, max(state.jobs, default=0))
         return None
 
-    def holds(self, events: int, now: float) -> bool:
-        """Is the cluster still as planned: no event since, and not yet time to look again?"""
-        return events == self.events and now - self.at < REPLAN_SECONDS
+    def holds(self, state: ClusterState, now: float) -> Settled | None:
+        """Still settled at `now`: this, moved past the new jobs since if each waits anyway; None
+        when a plan is due (another event, or REPLAN_SECONDS passed)."""
+        if now - self.at >= REPLAN_SECONDS:
+            return None
+        if state.events == self.events:
+            return self
+        arrivals = arrived(state, self.newest)
+        if len(arrivals) != state.events - self.events:
+            return None  # something else changed too (or a new job changed again)
+        if not waits_anyway(state.snapshot(), arrivals, now):
+            return None
+        return replace(self, events=state.events, newest=max(j.id for j in arrivals))
+
+
+def arrived(state: ClusterState, newest: int) -> list[Job]:
+    """The jobs with an id above `newest` at the end of the state's job table, newest first (a new
+    job is a new entry, so they are all there unless an older job came back after them)."""
+    jobs = state.jobs
+    out = []
+    for job_id in reversed(jobs):
+        if job_id <= newest:
+            break
+        out.append(jobs[job_id])
+    return out
+
+
+def waits_anyway(snapshot: Snapshot, arrivals: Sequence[Job], now: float) -> bool:
+    """Would a plan over `snapshot` make each of these new jobs wait without changing anything for
+    the others, if a plan of waits only is what the snapshot without them got?
+
+    True when each is low priority and pending, the policy raises the starvation guard for high jobs
+    only, and its shape can be placed neither on the cycle's free capacity nor never: a plan of waits
+    leaves that capacity as it found it, so the new job meets it whenever its turn comes, waits,
+    raises no guard and takes nothing from the jobs behind it.
+    """
+    policy = POLICIES[snapshot.policy]
+    if policy.guards_any_job:
+        return False
+    if any(j.state != "PENDING" or is_high(j.max_schedule) for j in arrivals):
+        return False
+    cycle = Cycle.start(snapshot, policy, now, [j for j in snapshot.jobs if j.state in WAITING])
+    for job in arrivals:
+        shape = Shape.of(job)
+        if cycle.never_fits(shape) is not None or cycle.place(shape) is not None:
+            return False
+    return True

@@ -260,12 +260,14 @@ class Controller:
         view = self.read()
         if self._handle_requests(view):
             view = self.read()
-        now, events = time.time(), self.follower.events
-        if self.settled is not None and self.settled.holds(events, now):
+        now, state = time.time(), self.follower.state
+        settled = self.settled.holds(state, now) if self.settled is not None else None
+        if settled is not None:
+            self.settled = settled
             self.ctx.metrics.settled_cycles.inc()
             return
         decisions = plan(view.snapshot, now)
-        self.settled = Settled.after(decisions, events, now)
+        self.settled = Settled.after(decisions, state, now)
         suspends: list[Suspend] = []
         reserves: list[Reserve] = []
         admits: list[Admit] = []

@@ -140,10 +140,10 @@ class StoreFollower:
         return self.kept.view()
 
     @property
-    def events(self) -> int:
-        """The kept state's event count (`ClusterState.events`)."""
+    def state(self) -> ClusterState:
+        """The kept cluster state, as the feed has brought it up to date."""
         assert self.kept is not None, "catch_up() first"
-        return self.kept.state.events
+        return self.kept.state
 
     @property
     def reasons(self) -> dict[int, str | None]:

@@ -207,8 +207,13 @@ def test_a_settled_cluster_is_not_planned_again_until_something_changes(run: Api
         run.step()
     assert run.ctx.metrics.registry.get_sample_value(settled) == before + 3, "nothing changed: not planned"
     assert run.job(waiting["id"])["state"] == "PENDING"
+    later = run.submit(cmd="true", resource_pkg=454)  # low, and no GPU is free: it waits anyway
+    run.step()
+    assert run.ctx.metrics.registry.get_sample_value(settled) == before + 4, "it waits anyway: not planned"
+    assert run.job(later["id"])["reason"] == "waiting for the scheduler", "its reason comes with a plan"
     run.post(f"/jobs/{running['id']}/cancel", "alice")  # an event: the GPUs come free
     run.until_state(waiting["id"], "SUCCEEDED")
+    run.until_state(later["id"], "SUCCEEDED")
 
 
 def test_admin_hold_stops_the_job_until_resumed(run: Api) -> None:

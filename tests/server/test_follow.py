@@ -41,7 +41,7 @@ def check_settled(api: Api) -> bool:
     controller = api.controller
     assert controller is not None
     now = time.time()
-    if controller.settled is None or not controller.settled.holds(controller.follower.events, now):
+    if controller.settled is None or controller.settled.holds(controller.follower.state, now) is None:
         return False
     with api.ctx.store.read() as s:
         fresh = read_all(s, api.ctx.config.server.policy)
