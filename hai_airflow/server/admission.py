@@ -52,11 +52,11 @@ def model_dir(ctx: ServerContext, job_id: int, spec: AnySpec) -> Path:
 
 
 def claim(
-    s: Session, ctx: ServerContext, job_id: int, spec: AnySpec, d: Admit, holder: str
+    s: Session, ctx: ServerContext, job: JobRow | None, spec: AnySpec, d: Admit, holder: str
 ) -> NewInstance | None:
-    """Move the job to STARTING with a new instance row, unless it stopped waiting meanwhile (a
-    cancel, an admin's hold, another controller): then None and nothing is written."""
-    job = s.get(JobRow, job_id)
+    """Move the job (its row, read in this transaction; None if gone) to STARTING with a new instance
+    row, unless it stopped waiting meanwhile (a cancel, an admin's hold, another controller): then None
+    and nothing is written."""
     if job is None or job.state not in WAITING or job.held or job.cancel_requested:
         return None
     latest = job.latest_checkpoint

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -378,8 +379,9 @@ class Controller:
         """Claim the jobs (one transaction), launch their instances, record the outcomes (one
         transaction); `admission` has the steps. A wave of starts costs two commits, not two per job."""
         with self._write() as s:
+            rows = preload(s, JobRow, [d.job_id for d in admits])  # one query, not one per job
             claimed = [
-                admission.claim(s, self.ctx, d.job_id, parse_spec(view.jobs[d.job_id]), d, self.me)
+                admission.claim(s, self.ctx, rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d, self.me)
                 for d in admits
                 if d.job_id in view.jobs
             ]
@@ -391,8 +393,10 @@ class Controller:
         try:
             with self._write() as s:
                 now = time.time()
+                jobs = preload(s, JobRow, [new.job_id for new in news])
+                instances = preload(s, InstanceRow, [new.instance_id for new in news])
                 for new, handle, failure in started:
-                    job, inst = s.get(JobRow, new.job_id), s.get(InstanceRow, new.instance_id)
+                    job, inst = jobs.get(new.job_id), instances.get(new.instance_id)
                     assert job is not None and inst is not None
                     if handle is None:
                         transitions.start_failed(s, job, inst, failure or "unknown error", now)
@@ -446,3 +450,11 @@ class Controller:
                     job.latest_checkpoint_at is None or ckpt.at > job.latest_checkpoint_at
                 ):
                     transitions.checkpoint_seen(s, job, ckpt, now)
+
+
+Row = TypeVar("Row", JobRow, InstanceRow)
+
+
+def preload(s: Session, table: type[Row], ids: list[int]) -> dict[int, Row]:
+    """These rows by id, in one query instead of one `s.get` each."""
+    return {r.id: r for r in s.scalars(select(table).where(table.id.in_(ids)))} if ids else {}
