@@ -90,17 +90,32 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def planner_cycle(server: LiveServer) -> tuple[int, float]:
-    """Cycles so far and their mean seconds, from the server's Prometheus metrics."""
+def metric(server: LiveServer, *names: str) -> list[float]:
+    """Samples of the server's Prometheus metrics (0 for one not reported yet)."""
     admin = {"Authorization": f"Bearer {server.token}"}  # /metrics is for platform admins and Prometheus
     text = httpx.get(f"{server.url}/metrics", headers=admin, timeout=10).text
     figures = {}
     for line in text.splitlines():
-        for name in ("hai_planner_cycle_seconds_count", "hai_planner_cycle_seconds_sum"):
-            if line.startswith(name + " "):
-                figures[name] = float(line.split()[1])
-    count = int(figures["hai_planner_cycle_seconds_count"])
-    return count, figures["hai_planner_cycle_seconds_sum"]
+        name, _, value = line.partition(" ")
+        if name in names:
+            figures[name] = float(value)
+    return [figures.get(name, 0.0) for name in names]
+
+
+def planner_cycle(server: LiveServer) -> tuple[int, float]:
+    """Cycles so far and their summed seconds."""
+    count, total = metric(server, "hai_planner_cycle_seconds_count", "hai_planner_cycle_seconds_sum")
+    return int(count), total
+
+
+def until_settled(server: LiveServer, timeout: float = 300) -> None:
+    """Wait until a cycle skips its plan: the last plan has taken every job in and only made jobs wait."""
+    (before,) = metric(server, "hai_planner_settled_cycles_total")
+    deadline = time.monotonic() + timeout
+    while metric(server, "hai_planner_settled_cycles_total")[0] <= before:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the controller did not settle within {timeout:.0f} s")
+        time.sleep(0.2)
 
 
 @dataclass
@@ -128,9 +143,8 @@ def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
             if fill > 0:
                 throughput(server, code, args.clients, fill, tag="fill")
                 stored += fill
-            # The planner now walks the whole queue every cycle: time a few of those cycles, once the
-            # first ones have said why each new job waits.
-            time.sleep(5)
+            # Time the cycles with the store full, once a plan has said why each new job waits.
+            until_settled(server)
             count0, sum0 = planner_cycle(server)
             time.sleep(10)
             count1, sum1 = planner_cycle(server)
@@ -182,7 +196,7 @@ def under_load(env: dict[str, str], args: argparse.Namespace) -> UnderLoad:
                     row.spec = row.spec.replace('"/tmp"', f'"{code}"')
                     s.add(row)
             store.dispose()
-            time.sleep(5)  # the controller takes the backlog in and says why each job waits
+            until_settled(server)  # the controller has taken the backlog in and said why each job waits
             count0, sum0 = planner_cycle(server)
             rate = throughput(server, code, args.clients, args.load_submissions, tag="load")
             count1, sum1 = planner_cycle(server)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import islice
 
 from hai_airflow.scheduling.capacity import Shape
 from hai_airflow.scheduling.cycle import Cycle
@@ -24,8 +25,8 @@ how long a new job that waits anyway (`waits_anyway`) keeps the reason it was su
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """The cluster as a plan that decided only waits left it: the state's event count then, the
-    newest job id it saw, and when.
+    """The cluster as a plan that decided only waits left it: the state's event and arrival counts
+    then, and when.
 
     With no event since, the nodes, jobs, reservations and quota are the ones that plan saw. It placed
     nothing and reserved nothing, so every job met the same free capacity, and the jobs that raise
@@ -37,13 +38,13 @@ class Settled:
 
     events: int
     at: float
-    newest: int = 0
+    arrived: int = 0
 
     @classmethod
     def after(cls, decisions: Sequence[Decision], state: ClusterState, now: float) -> Settled | None:
         """The plan's decisions, made over `state` as it is now: settled if each one is a Wait."""
         if all(isinstance(d, Wait) for d in decisions):
-            return cls(state.events, now, max(state.jobs, default=0))
+            return cls(state.events, now, state.arrived)
         return None
 
     def holds(self, state: ClusterState, now: float) -> Settled | None:
@@ -53,24 +54,14 @@ class Settled:
             return None
         if state.events == self.events:
             return self
-        arrivals = arrived(state, self.newest)
-        if len(arrivals) != state.events - self.events:
-            return None  # something else changed too (or a new job changed again)
+        new = state.arrived - self.arrived
+        if new != state.events - self.events or new > len(state.arrivals):
+            return None  # something else changed too, or more jobs came than the state remembers
+        # With every event since an arrival, each of these jobs is still as it came.
+        arrivals = [state.jobs[job_id] for job_id in islice(reversed(state.arrivals), new)]
         if not waits_anyway(state.snapshot(), arrivals, now):
             return None
-        return replace(self, events=state.events, newest=max(j.id for j in arrivals))
-
-
-def arrived(state: ClusterState, newest: int) -> list[Job]:
-    """The jobs with an id above `newest` at the end of the state's job table, newest first (a new
-    job is a new entry, so they are all there unless an older job came back after them)."""
-    jobs = state.jobs
-    out = []
-    for job_id in reversed(jobs):
-        if job_id <= newest:
-            break
-        out.append(jobs[job_id])
-    return out
+        return replace(self, events=state.events, arrived=state.arrived)
 
 
 def waits_anyway(snapshot: Snapshot, arrivals: Sequence[Job], now: float) -> bool:

@@ -7,11 +7,15 @@ it; the simulator applies its virtual clock's events to it; both hand `snapshot(
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import PLACED, Job, Node, Quota, Reservation, Snapshot
 from hai_airflow.scheduling.usage import Usage
+
+ARRIVALS_KEPT = 4096
+"""New job ids a state remembers: enough for the submissions between two plans of a settled cluster."""
 
 
 class ClusterState:
@@ -33,6 +37,10 @@ class ClusterState:
         self.usage = Usage.fresh(Layout.build(self.nodes), ())
         self.events = 0
         """How many events changed this state; an unchanged count means an unchanged cluster (`Settled`)."""
+        self.arrived = 0
+        """How many of those events were new jobs (a job id the state did not hold)."""
+        self.arrivals: deque[int] = deque(maxlen=ARRIVALS_KEPT)
+        """The ids of the latest new jobs, oldest first."""
 
     @classmethod
     def load(
@@ -63,6 +71,9 @@ class ClusterState:
         if old == job:
             return
         self.events += 1
+        if old is None:
+            self.arrived += 1
+            self.arrivals.append(job.id)
         self.jobs[job.id] = job
         self.usage.replace(old, job)
 

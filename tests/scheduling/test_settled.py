@@ -42,14 +42,14 @@ def full_cluster() -> ClusterState:
 def test_a_plan_of_waits_settles_and_any_other_decision_does_not() -> None:
     state = full_cluster()
     waits = [Wait(2, "no room", 1)]
-    assert Settled.after(waits, state, T0) == Settled(state.events, T0, newest=2)
-    assert Settled.after([], state, T0) == Settled(state.events, T0, newest=2)
+    assert Settled.after(waits, state, T0) == Settled(state.events, T0, arrived=2)
+    assert Settled.after([], state, T0) == Settled(state.events, T0, arrived=2)
     assert Settled.after([*waits, Admit(3, (), False, "fits")], state, T0) is None
 
 
 def test_settled_holds_until_an_event_or_the_replan_interval() -> None:
     state = full_cluster()
-    settled = Settled(state.events, T0, newest=2)
+    settled = Settled(state.events, T0, arrived=2)
     assert settled.holds(state, T0 + REPLAN_SECONDS - 0.1) == settled
     assert settled.holds(state, T0 + REPLAN_SECONDS) is None, "time alone ends it at the interval"
     state.job_changed(job(2).gpus(8).high().build())
@@ -60,10 +60,10 @@ def test_new_jobs_that_wait_anyway_keep_it_settled_and_any_other_does_not() -> N
     state = full_cluster()
     settled = Settled.after(plan(state.snapshot(), T0), state, T0)
     assert settled is not None
-    state.job_changed(job(3).gpus(2).build())
     state.job_changed(job(4).gpus(1).build())
+    state.job_changed(job(3).gpus(2).build())  # ids need not come in order (commits on PostgreSQL)
     moved = settled.holds(state, T0 + 1)
-    assert moved == Settled(state.events, T0, newest=4), "two low jobs with no room: still settled"
+    assert moved == Settled(state.events, T0, arrived=4), "two low jobs with no room: still settled"
     assert moved.holds(state, T0 + 2) == moved
     for arrival, why in [
         (job(5).gpus(2).high().build(), "a high job may preempt"),
@@ -74,15 +74,15 @@ def test_new_jobs_that_wait_anyway_keep_it_settled_and_any_other_does_not() -> N
         again = full_cluster()
         again.job_changed(job(3).gpus(2).build())
         again.job_changed(arrival)
-        assert Settled(again.events - 2, T0, newest=2).holds(again, T0 + 1) is None, why
+        assert Settled(again.events - 2, T0, arrived=2).holds(again, T0 + 1) is None, why
     changed = full_cluster()
     changed.job_changed(job(3).gpus(2).build())
     changed.job_changed(job(2).gpus(4).build())
-    assert Settled(changed.events - 2, T0, newest=2).holds(changed, T0 + 1) is None, "an old job changed too"
+    assert Settled(changed.events - 2, T0, arrived=2).holds(changed, T0 + 1) is None, "an old job changed too"
     fifo = full_cluster()
     fifo.policy = "fifo"
     fifo.job_changed(job(3).gpus(2).build())
-    assert Settled(fifo.events - 1, T0, newest=2).holds(fifo, T0 + 1) is None, "fifo guards any job"
+    assert Settled(fifo.events - 1, T0, arrived=2).holds(fifo, T0 + 1) is None, "fifo guards any job"
 
 
 def test_the_state_counts_events_that_change_something_only() -> None:
