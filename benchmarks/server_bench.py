@@ -90,6 +90,9 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+SETTLED = "hai_planner_settled_cycles_total"
+
+
 def metric(server: LiveServer, *names: str) -> list[float]:
     """Samples of the server's Prometheus metrics (0 for one not reported yet)."""
     admin = {"Authorization": f"Bearer {server.token}"}  # /metrics is for platform admins and Prometheus
@@ -110,9 +113,9 @@ def planner_cycle(server: LiveServer) -> tuple[int, float]:
 
 def until_settled(server: LiveServer, timeout: float = 300) -> None:
     """Wait until a cycle skips its plan: the last plan has taken every job in and only made jobs wait."""
-    (before,) = metric(server, "hai_planner_settled_cycles_total")
+    (before,) = metric(server, SETTLED)
     deadline = time.monotonic() + timeout
-    while metric(server, "hai_planner_settled_cycles_total")[0] <= before:
+    while metric(server, SETTLED)[0] <= before:
         if time.monotonic() > deadline:
             raise RuntimeError(f"the controller did not settle within {timeout:.0f} s")
         time.sleep(0.2)
@@ -162,6 +165,7 @@ class UnderLoad:
     queued: int
     rate: float
     cycles: int
+    settled: int
     cycle_ms: float
     rss_mb: float
 
@@ -198,13 +202,15 @@ def under_load(env: dict[str, str], args: argparse.Namespace) -> UnderLoad:
             store.dispose()
             until_settled(server)  # the controller has taken the backlog in and said why each job waits
             count0, sum0 = planner_cycle(server)
+            (settled0,) = metric(server, SETTLED)
             rate = throughput(server, code, args.clients, args.load_submissions, tag="load")
             count1, sum1 = planner_cycle(server)
+            (settled1,) = metric(server, SETTLED)
             rss = rss_mb(server.proc.pid)
             server.stop()
     cycles = count1 - count0
     mean_ms = (sum1 - sum0) / max(cycles, 1) * 1000
-    return UnderLoad(args.load_nodes, args.store_jobs, rate, cycles, mean_ms, rss)
+    return UnderLoad(args.load_nodes, args.store_jobs, rate, cycles, int(settled1 - settled0), mean_ms, rss)
 
 
 def main() -> None:
@@ -248,7 +254,8 @@ def main() -> None:
             verdict = "met" if u.cycle_ms <= 50 and u.rate >= 400 else "MISSED"
             print(f"{name:<11} under load: {u.queued:,} queued behind {u.nodes} full nodes, "
                   f"{args.load_submissions} submissions from {args.clients} clients: {u.rate:.1f}/s, "
-                  f"planner cycle mean {u.cycle_ms:.1f} ms over {u.cycles} cycles, RSS {u.rss_mb:.0f} MB "
+                  f"planner cycle mean {u.cycle_ms:.1f} ms over {u.cycles} cycles ({u.settled} settled: "
+                  f"no plan), RSS {u.rss_mb:.0f} MB "
                   f"(targets <= 50 ms and >= 400/s: {verdict})", flush=True)
     finally:
         if pg_cm is not None:
