@@ -456,5 +456,9 @@ Row = TypeVar("Row", JobRow, InstanceRow)
 
 
 def preload(s: Session, table: type[Row], ids: list[int]) -> dict[int, Row]:
-    """These rows by id, in one query instead of one `s.get` each."""
-    return {r.id: r for r in s.scalars(select(table).where(table.id.in_(ids)))} if ids else {}
+    """These rows by id, in one query per `UPDATE_CHUNK` ids instead of one `s.get` each."""
+    rows: dict[int, Row] = {}
+    chunk = transitions.UPDATE_CHUNK
+    for at in range(0, len(ids), chunk):
+        rows.update((r.id, r) for r in s.scalars(select(table).where(table.id.in_(ids[at : at + chunk]))))
+    return rows
