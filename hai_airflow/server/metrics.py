@@ -94,7 +94,8 @@ class ServerMetrics:
         )
         self.settled_cycles = Counter(
             "hai_planner_settled_cycles",
-            "Controller cycles that did not plan: nothing changed since a plan that only made jobs wait.",
+            "Controller cycles that did not plan: since a plan that only made jobs wait, nothing changed "
+            "but new jobs that wait anyway.",
             registry=self.registry,
         )
         self.request_latency = Histogram(
