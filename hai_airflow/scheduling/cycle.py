@@ -101,14 +101,9 @@ class Cycle:
         known = layout.ordinal
         reservations = [r for r in snapshot.reservations if r.job_id in waiting_ids and r.node in known]
         holder_of = gpu_holders(cap, placed, reservations) if reservations else {}
-        own_free: dict[int, dict[str, list[int]]] = {}
+        own_free = set_aside(cap, reservations)
         own_holders: dict[int, list[Job]] = {}
         for r in reservations:
-            f = cap.named_node(r.node)
-            f.reserved = True
-            free = [g for g in dict.fromkeys(r.gpus) if g in f.gpus]
-            cap.take(f, free, 0, 0)
-            own_free.setdefault(r.job_id, {}).setdefault(r.node, []).extend(free)
             for g in r.gpus:
                 holder = holder_of.get((r.node, g))
                 if holder is not None and holder not in own_holders.setdefault(r.job_id, []):
@@ -279,6 +274,19 @@ class Cycle:
         """The job waits; its position counts waiting jobs from 1 in queue order."""
         self.waited += 1
         self.decisions.append(Wait(job.id, why.reason, self.waited, why.blocked_by))
+
+
+def set_aside(cap: FreeCapacity, reservations: list[Reservation]) -> dict[int, dict[str, list[int]]]:
+    """Take the free GPUs of waiting jobs' reservations out of the shared capacity (marking their
+    nodes as carrying one): per job, per node, the GPUs set aside for it."""
+    own_free: dict[int, dict[str, list[int]]] = {}
+    for r in reservations:
+        f = cap.named_node(r.node)
+        f.reserved = True
+        free = [g for g in dict.fromkeys(r.gpus) if g in f.gpus]
+        cap.take(f, free, 0, 0)
+        own_free.setdefault(r.job_id, {}).setdefault(r.node, []).extend(free)
+    return own_free
 
 
 def gpu_holders(

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 
-from hai_airflow.scheduling.capacity import Shape
-from hai_airflow.scheduling.cycle import Cycle
-from hai_airflow.scheduling.model import WAITING, Decision, Job, Snapshot, Wait
+from hai_airflow.scheduling.capacity import FreeCapacity, Shape
+from hai_airflow.scheduling.cycle import set_aside
+from hai_airflow.scheduling.model import WAITING, Decision, Job, Wait
+from hai_airflow.scheduling.placement import never_fits, place
 from hai_airflow.scheduling.policies import POLICIES
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.spec import is_high
@@ -59,28 +60,35 @@ class Settled:
             return None  # something else changed too, or more jobs came than the state remembers
         # With every event since an arrival, each of these jobs is still as it came.
         arrivals = [state.jobs[job_id] for job_id in islice(reversed(state.arrivals), new)]
-        if not waits_anyway(state.snapshot(), arrivals, now):
+        if not waits_anyway(state, arrivals):
             return None
         return replace(self, events=state.events, arrived=state.arrived)
 
 
-def waits_anyway(snapshot: Snapshot, arrivals: Sequence[Job], now: float) -> bool:
-    """Would a plan over `snapshot` make each of these new jobs wait without changing anything for
-    the others, if a plan of waits only is what the snapshot without them got?
+def waits_anyway(state: ClusterState, arrivals: Sequence[Job]) -> bool:
+    """Would a plan over `state` make each of these new jobs wait without changing anything for
+    the others, if a plan of waits only is what the state without them got?
 
     True when each is low priority and pending, the policy raises the starvation guard for high jobs
-    only, and its shape can be placed neither on the cycle's free capacity nor never: a plan of waits
-    leaves that capacity as it found it, so the new job meets it whenever its turn comes, waits,
-    raises no guard and takes nothing from the jobs behind it.
+    only, and its shape can be placed neither on the free capacity a cycle starts from (placed jobs
+    and waiting jobs' reservations taken out, as in `Cycle.start`) nor never: a plan of waits leaves
+    that capacity as it found it, so the new job meets it whenever its turn comes, waits, raises no
+    guard and takes nothing from the jobs behind it. Costs what the cluster's nodes and reservations
+    cost, not the queue: the kept usage already counts the placed jobs.
     """
-    policy = POLICIES[snapshot.policy]
+    policy = POLICIES[state.policy]
     if policy.guards_any_job:
         return False
     if any(j.state != "PENDING" or is_high(j.max_schedule) for j in arrivals):
         return False
-    cycle = Cycle.start(snapshot, policy, now, [j for j in snapshot.jobs if j.state in WAITING])
+    usage, jobs = state.usage, state.jobs
+    cap = FreeCapacity.build(usage)
+    known = usage.layout.ordinal
+    set_aside(cap, [r for job_id, rs in state.reservations.items()
+                    if (j := jobs.get(job_id)) is not None and j.state in WAITING
+                    for r in rs if r.node in known])
     for job in arrivals:
         shape = Shape.of(job)
-        if cycle.never_fits(shape) is not None or cycle.place(shape) is not None:
+        if never_fits(usage.layout.kinds, shape) is not None or place(cap, shape) is not None:
             return False
     return True

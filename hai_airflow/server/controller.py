@@ -24,7 +24,7 @@ from hai_airflow.server import admission, changes, lease, paths, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
-from hai_airflow.server.follow import StoreFollower, differences, read_all
+from hai_airflow.server.follow import Kept, StoreFollower, differences, read_all
 from hai_airflow.server.hints import failure_hint
 from hai_airflow.server.metrics import lost_gpu_seconds
 from hai_airflow.server.snapshot import WAITING, StoreView
@@ -231,14 +231,14 @@ class Controller:
 
     # ---- planning -----------------------------------------------------------------------------
 
-    def read(self) -> StoreView:
+    def read(self) -> Kept:
         """The store as kept: the change feed applied since the last cycle; read whole every
         RESYNC_SECONDS (and at first), when a difference from the kept copy is logged."""
         now = time.time()
         if now - self._last_resync < RESYNC_SECONDS and self.follower.kept is not None:
             with self.ctx.store.read() as s:
                 self.follower.catch_up(s)
-            return self.follower.view()
+            return self.follower.kept
         self._last_resync = now
         with self.ctx.store.read() as s:
             kept = self.follower.kept
@@ -253,20 +253,21 @@ class Controller:
         self.settled = None  # a new state counts its events afresh
         with self._write() as s:
             changes.trim(s, now - FEED_KEPT_SECONDS)
-        return self.follower.view()
+        return fresh
 
     def cycle(self) -> None:
         """Requests first (cancel, admin hold), then a plan over a fresh snapshot, applied in order;
-        no plan while the cluster is as the last plan, which only made jobs wait, left it (`Settled`)."""
-        view = self.read()
-        if self._handle_requests(view):
-            view = self.read()
+        no plan (nor snapshot) while the cluster is as the last plan, which only made jobs wait, left it
+        (`Settled`)."""
+        if self._handle_requests(self.read()):
+            self.read()
         now, state = time.time(), self.follower.state
         settled = self.settled.holds(state, now) if self.settled is not None else None
         if settled is not None:
             self.settled = settled
             self.ctx.metrics.settled_cycles.inc()
             return
+        view = self.follower.view()
         decisions = plan(view.snapshot, now)
         self.settled = Settled.after(decisions, state, now)
         suspends: list[Suspend] = []
@@ -316,10 +317,10 @@ class Controller:
         if admits or suspends or rejects:
             self.ctx.changed.notify()
 
-    def _handle_requests(self, view: StoreView) -> bool:
+    def _handle_requests(self, kept: Kept) -> bool:
         changed = False
-        for job_id in sorted(self.follower.requests):
-            row, inst = view.jobs[job_id], view.current.get(job_id)
+        for job_id in sorted(kept.requests):
+            row, inst = kept.jobs[job_id], kept.current.get(job_id)
             if row.cancel_requested:
                 if row.state in WAITING:
                     with self._write() as s:

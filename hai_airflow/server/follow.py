@@ -150,11 +150,6 @@ class StoreFollower:
         assert self.kept is not None, "catch_up() first"
         return self.kept.reasons
 
-    @property
-    def requests(self) -> set[int]:
-        assert self.kept is not None, "catch_up() first"
-        return self.kept.requests
-
 
 def differences(kept: Kept, fresh: Kept) -> list[str]:
     """Where a kept copy differs from a fresh read, in words (empty when they agree)."""

@@ -195,7 +195,8 @@ def test_new_jobs_that_wait_anyway_change_no_other_decision(
         new.append(Job(id=1000 + i, user=user, group=USERS[user], state="PENDING",
                        submitted_at=T0 - data.draw(st.integers(0, 3000)), **shape))
     after = replace(snapshot, jobs=(*snapshot.jobs, *new))
-    anyway = waits_anyway(after, new, now)
+    anyway = waits_anyway(ClusterState.load(after.nodes, after.jobs, after.reservations, after.quota,
+                                            after.policy), new)
     event(f"waits anyway: {anyway}")
     if not anyway:
         return
