@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
+from types import FrameType
 from typing import NoReturn
 
 import typer
@@ -51,13 +54,36 @@ async def _any_change(connection: ServerFlags, watched: Mapping[int, str], timeo
             await asyncio.gather(*pending, return_exceptions=True)
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt at once, inside the event loop too.
+
+    Left at Python's default handler, `asyncio.Runner` turns Ctrl-C into a cancellation of the wait in
+    progress; one that lands while the HTTP client closes a connection inside a shielded scope is
+    absorbed there, the wait returns as if a task had changed, and the watch goes on. Any other
+    handler makes the runner leave Ctrl-C alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only: Ctrl-C stays as it is
+        return
+    previous = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
     """Draw the view, then redraw it on every change until Ctrl-C (or until nothing can change)."""
     terminal = stdout_is_terminal()
     try:
-        # One runner for every wait: Ctrl-C cancels the wait in progress and the loop is closed on the
-        # way out, so the interrupt leaves no half-run coroutine or unclosed loop behind.
-        with connect(connection) as client, asyncio.Runner() as runner:
+        # One runner for every wait; the loop is closed on the way out (its waits cancelled), so
+        # Ctrl-C leaves no half-run coroutine or unclosed loop behind.
+        with ctrl_c_raises(), connect(connection) as client, asyncio.Runner() as runner:
             while True:
                 if terminal:
                     sys.stdout.write(CLEAR)
@@ -71,6 +97,6 @@ def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
                 with contextlib.suppress(Exception):
                     runner.run(_any_change(connection, watched, REFRESH_SECONDS))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        # Ctrl-C during a wait cancels it; asyncio re-raises that as KeyboardInterrupt, or as the
-        # CancelledError itself when the cancellation was counted twice. Either way: stopped by the user.
+        # Ctrl-C (the CancelledError too, should the runner's own handling ever be in place): stopped
+        # by the user.
         raise typer.Exit(130) from None
