@@ -10,7 +10,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,7 +19,7 @@ from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Admit, Reject, Reserve, Suspend, Wait
 from hai_airflow.scheduling.settled import Settled
-from hai_airflow.server import admission, changes, lease, paths, transitions
+from hai_airflow.server import admission, by_id, changes, lease, paths, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
@@ -380,7 +379,7 @@ class Controller:
         """Claim the jobs (one transaction), launch their instances, record the outcomes (one
         transaction); `admission` has the steps. A wave of starts costs two commits, not two per job."""
         with self._write() as s:
-            rows = preload(s, JobRow, [d.job_id for d in admits])  # one query, not one per job
+            rows = by_id.rows(s, JobRow, [d.job_id for d in admits])
             claimed = [
                 admission.claim(s, self.ctx, rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d, self.me)
                 for d in admits
@@ -394,8 +393,8 @@ class Controller:
         try:
             with self._write() as s:
                 now = time.time()
-                jobs = preload(s, JobRow, [new.job_id for new in news])
-                instances = preload(s, InstanceRow, [new.instance_id for new in news])
+                jobs = by_id.rows(s, JobRow, [new.job_id for new in news])
+                instances = by_id.rows(s, InstanceRow, [new.instance_id for new in news])
                 for new, handle, failure in started:
                     job, inst = jobs.get(new.job_id), instances.get(new.instance_id)
                     assert job is not None and inst is not None
@@ -452,14 +451,3 @@ class Controller:
                 ):
                     transitions.checkpoint_seen(s, job, ckpt, now)
 
-
-Row = TypeVar("Row", JobRow, InstanceRow)
-
-
-def preload(s: Session, table: type[Row], ids: list[int]) -> dict[int, Row]:
-    """These rows by id, in one query per `UPDATE_CHUNK` ids instead of one `s.get` each."""
-    rows: dict[int, Row] = {}
-    chunk = transitions.UPDATE_CHUNK
-    for at in range(0, len(ids), chunk):
-        rows.update((r.id, r) for r in s.scalars(select(table).where(table.id.in_(ids[at : at + chunk]))))
-    return rows

@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling.model import Reservation
 from hai_airflow.scheduling.state import ClusterState
-from hai_airflow.server import changes
+from hai_airflow.server import by_id, changes
 from hai_airflow.server.snapshot import (
     StoreView,
     current_instances,
@@ -108,7 +107,7 @@ class StoreFollower:
         """Read these jobs' rows, current instances and reservations again and apply them."""
         assert self.kept is not None
         kept, state = self.kept, self.kept.state
-        rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(sorted(job_ids))))}
+        rows = by_id.rows(session, JobRow, sorted(job_ids))
         current = current_instances(session, job_ids)
         reserved: dict[int, list[Reservation]] = {}
         for r in reservations_of(session, job_ids):

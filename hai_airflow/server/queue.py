@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling import plan, weight
 from hai_airflow.scheduling.model import Admit, Reject, Wait
+from hai_airflow.server import by_id
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.follow import read_all
 from hai_airflow.server.snapshot import WAITING, planner_job
@@ -22,14 +23,15 @@ def _last_preemptor(session: Session, job_ids: list[int]) -> dict[int, int]:
     """Per job, who preempted its latest instance (when that instance was preempted)."""
     if not job_ids:
         return {}
-    rows = session.execute(
-        select(InstanceRow.job_id, InstanceRow.preempted_by)
-        .where(InstanceRow.job_id.in_(job_ids))
-        .order_by(InstanceRow.id)
-    )
     last: dict[int, int | None] = {}
-    for job_id, by in rows:
-        last[job_id] = by
+    for part in by_id.chunks(job_ids):
+        rows = session.execute(
+            select(InstanceRow.job_id, InstanceRow.preempted_by)
+            .where(InstanceRow.job_id.in_(part))
+            .order_by(InstanceRow.id)
+        )
+        for job_id, by in rows:  # a job's instances all fall in its own chunk, in id order
+            last[job_id] = by
     return {j: by for j, by in last.items() if by is not None}
 
 

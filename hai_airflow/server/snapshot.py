@@ -20,6 +20,7 @@ from hai_airflow.scheduling.model import (
     Snapshot,
     WorkerPlacement,
 )
+from hai_airflow.server import by_id
 from hai_airflow.server.tables import GroupRow, InstanceRow, JobRow, NodeRow, ReservationRow, UserRow
 from hai_airflow.spec import TERMINAL_STATES
 
@@ -109,14 +110,23 @@ def unfinished_jobs(session: Session) -> list[JobRow]:
 
 def current_instances(session: Session, job_ids: Iterable[int] | None = None) -> dict[int, InstanceRow]:
     query = select(InstanceRow).where(InstanceRow.ended_at.is_(None))
-    if job_ids is not None:
-        query = query.where(InstanceRow.job_id.in_(list(job_ids)))
-    return {i.job_id: i for i in session.scalars(query)}
+    if job_ids is None:
+        return {i.job_id: i for i in session.scalars(query)}
+    return {
+        i.job_id: i
+        for part in by_id.chunks(job_ids)
+        for i in session.scalars(query.where(InstanceRow.job_id.in_(part)))
+    }
 
 
 def reservations_of(session: Session, job_ids: Iterable[int] | None = None) -> list[Reservation]:
     """Reserved GPUs, oldest first (of these jobs only, when given)."""
     query = select(ReservationRow).order_by(ReservationRow.id)
-    if job_ids is not None:
-        query = query.where(ReservationRow.job_id.in_(list(job_ids)))
-    return [Reservation(r.job_id, r.node, tuple(json.loads(r.gpus))) for r in session.scalars(query)]
+    if job_ids is None:
+        found = list(session.scalars(query))
+    else:
+        found = []
+        for part in by_id.chunks(job_ids):
+            found.extend(session.scalars(query.where(ReservationRow.job_id.in_(part))))
+        found.sort(key=lambda r: r.id)
+    return [Reservation(r.job_id, r.node, tuple(json.loads(r.gpus))) for r in found]

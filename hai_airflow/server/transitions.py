@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.backends.base import Exit, Handle
 from hai_airflow.scheduling.model import Placement
-from hai_airflow.server import changes
+from hai_airflow.server import by_id, changes
 from hai_airflow.server.checkpoints import Checkpoint
 from hai_airflow.server.snapshot import WAITING, placement_to_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
@@ -18,8 +18,6 @@ from hai_airflow.spec import TERMINAL_STATES
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 
 CONTROLLER = "controller"
-UPDATE_CHUNK = 500
-"""Job ids per UPDATE ... WHERE id IN (...), well below every database's parameter limit."""
 
 
 def move(
@@ -235,10 +233,10 @@ def waiting_reasons(s: Session, reasons: dict[int, str]) -> None:
     for job_id, reason in reasons.items():
         by_reason.setdefault(reason, []).append(job_id)
     for reason, ids in by_reason.items():
-        for at in range(0, len(ids), UPDATE_CHUNK):
+        for part in by_id.chunks(ids):
             s.execute(
                 update(JobRow)
-                .where(JobRow.id.in_(ids[at : at + UPDATE_CHUNK]), JobRow.state.in_(WAITING))
+                .where(JobRow.id.in_(part), JobRow.state.in_(WAITING))
                 .values(reason=reason)
                 .execution_options(synchronize_session=False)
             )

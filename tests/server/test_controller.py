@@ -15,17 +15,11 @@ from sqlalchemy import update
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import Handle, Launch
 from hai_airflow.backends.local import LocalBackend
-from hai_airflow.server.config import parse_config
-from hai_airflow.server.controller import Controller, preload
+from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import LeaseLost
-from hai_airflow.server.provision import apply_config
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import JobRow, LeaseRow
-from hai_airflow.server.transitions import UPDATE_CHUNK
+from hai_airflow.server.tables import LeaseRow
 from tests.server.conftest import Api
 from tests.server.scripts import ELASTIC, SAVES_ON_SIGTERM, TRAIN
-from tests.server.test_submission import _row
-from tests.support.live_server import TEST_CONFIG
 
 A100 = """
 [[nodes]]
@@ -366,21 +360,3 @@ def test_an_instance_started_but_never_recorded_is_killed_before_its_job_is_requ
     assert instances(run, job["id"])[0]["end_reason"] == "lost"
     back = run.until_state(job["id"], "RUNNING")
     assert back["instances"] == 2
-
-
-def test_preload_reads_more_rows_than_one_query_names(db_url: str) -> None:
-    """A wave of admits larger than one IN list (`UPDATE_CHUNK` ids) still finds every job, and no other."""
-    store = Store(db_url)
-    store.migrate()
-    config = parse_config(TEST_CONFIG)
-    apply_config(store, config, list(config.nodes))
-    with store.write() as s:
-        rows = [_row("PENDING", False, False, ("alice", "vision"), 1) for _ in range(UPDATE_CHUNK * 2 + 1)]
-        s.add_all(rows)
-        s.flush()
-        ids = [r.id for r in rows]
-    with store.read() as s:
-        found = preload(s, JobRow, [*ids[1:], 10**9])
-    assert sorted(found) == ids[1:]
-    assert all(found[i].id == i for i in ids[1:])
-    store.dispose()

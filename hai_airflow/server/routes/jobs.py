@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from hai_airflow.server import submission
+from hai_airflow.server import by_id, submission
 from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.routes.deps import (
@@ -121,9 +121,7 @@ def list_jobs(
             query = query.where(JobRow.state.in_(states))
         rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit or DEFAULT_LIST_LIMIT)))
         ids = [r.current_instance_id for r in rows if r.current_instance_id]
-        current = (
-            {i.id: i for i in s.scalars(select(InstanceRow).where(InstanceRow.id.in_(ids)))} if ids else {}
-        )
+        current = by_id.rows(s, InstanceRow, ids)
         now = time.time()
         return [job_view(r, current.get(r.current_instance_id or -1), now) for r in rows]
 
