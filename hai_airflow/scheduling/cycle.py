@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, Shape
@@ -97,9 +98,7 @@ class Cycle:
             raise ValueError("the cluster state changed after this snapshot was taken; take a new one")
         layout = usage.layout
         cap = FreeCapacity.build(usage)
-        waiting_ids = {j.id for j in waiting}
-        known = layout.ordinal
-        reservations = [r for r in snapshot.reservations if r.job_id in waiting_ids and r.node in known]
+        reservations = honoured(snapshot.reservations, {j.id for j in waiting}.__contains__, layout)
         holder_of = gpu_holders(cap, placed, reservations) if reservations else {}
         own_free = set_aside(cap, reservations)
         own_holders: dict[int, list[Job]] = {}
@@ -274,6 +273,13 @@ class Cycle:
         """The job waits; its position counts waiting jobs from 1 in queue order."""
         self.waited += 1
         self.decisions.append(Wait(job.id, why.reason, self.waited, why.blocked_by))
+
+
+def honoured(
+    reservations: Iterable[Reservation], waiting: Callable[[int], bool], layout: Layout
+) -> list[Reservation]:
+    """The reservations a cycle keeps GPUs for: those of waiting jobs, on nodes the cluster still has."""
+    return [r for r in reservations if waiting(r.job_id) and r.node in layout.ordinal]
 
 
 def set_aside(cap: FreeCapacity, reservations: list[Reservation]) -> dict[int, dict[str, list[int]]]:

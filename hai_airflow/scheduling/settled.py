@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from itertools import islice
 
 from hai_airflow.scheduling.capacity import FreeCapacity, Shape
-from hai_airflow.scheduling.cycle import set_aside
+from hai_airflow.scheduling.cycle import honoured, set_aside
 from hai_airflow.scheduling.model import WAITING, Decision, Job, Wait
 from hai_airflow.scheduling.placement import never_fits, place
 from hai_airflow.scheduling.policies import POLICIES
@@ -83,10 +83,12 @@ def waits_anyway(state: ClusterState, arrivals: Sequence[Job]) -> bool:
         return False
     usage, jobs = state.usage, state.jobs
     cap = FreeCapacity.build(usage)
-    known = usage.layout.ordinal
-    set_aside(cap, [r for job_id, rs in state.reservations.items()
-                    if (j := jobs.get(job_id)) is not None and j.state in WAITING
-                    for r in rs if r.node in known])
+    reservations = (r for rs in state.reservations.values() for r in rs)
+
+    def waiting(job_id: int) -> bool:
+        return (j := jobs.get(job_id)) is not None and j.state in WAITING
+
+    set_aside(cap, honoured(reservations, waiting, usage.layout))
     for job in arrivals:
         shape = Shape.of(job)
         if never_fits(usage.layout.kinds, shape) is not None or place(cap, shape) is not None:
