@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,6 +106,12 @@ class Store:
         self._write = sessionmaker(self.engine.execution_options(hai_write=True), expire_on_commit=False)
         for factory in (self._read, self._write):
             changes.track(factory, postgres=not self.is_sqlite)
+        # SQLite has one writer at a time. Writers of this process queue on a lock that wakes the next
+        # one as soon as the last commits, instead of polling the database lock (its busy handler
+        # sleeps up to 100 ms between tries); other processes still meet the busy timeout.
+        self._one_writer: threading.Lock | contextlib.nullcontext[None] = (
+            threading.Lock() if self.is_sqlite else contextlib.nullcontext()
+        )
 
     @property
     def is_sqlite(self) -> bool:
@@ -132,7 +140,7 @@ class Store:
     @contextmanager
     def write(self) -> Iterator[Session]:
         """A transaction that commits on success and rolls back on any error."""
-        with self._write() as session, session.begin():
+        with self._one_writer, self._write() as session, session.begin():
             yield session
 
     def lock_setup(self, session: Session) -> None:
