@@ -4,9 +4,11 @@ caller may act on."""
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 
 from fastapi import Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -48,26 +50,72 @@ _NO_TOKEN_FIX = (
 )
 
 
-def authenticate(request: Request) -> Caller:
-    """The caller of this request: the token's user, or the user its service names in `X-Hai-On-Behalf-Of`."""
+IDENTITY_SECONDS = 5.0
+"""How long this server reuses a caller it verified before asking the store again. Identities change
+only when a server applies its config file (at its start): another server started with an edited file
+takes effect here within this long; a restart of this one, at once."""
+IDENTITIES_KEPT = 4096
+
+
+class Identities:
+    """Callers verified lately, by token hash and the user named in `X-Hai-On-Behalf-Of`: a repeated
+    request costs no store transaction. Only a verified caller is kept; a refusal is decided afresh."""
+
+    def __init__(self, seconds: float = IDENTITY_SECONDS):
+        self.seconds = seconds
+        self._known: dict[tuple[str, str | None], tuple[float, Caller]] = {}
+
+    def get(self, key: tuple[str, str | None]) -> Caller | None:
+        entry = self._known.get(key)
+        if entry is None or entry[0] <= time.monotonic():
+            return None
+        return entry[1]
+
+    def put(self, key: tuple[str, str | None], caller: Caller) -> None:
+        if len(self._known) >= IDENTITIES_KEPT:
+            self._known = {}  # a burst of distinct tokens: start over rather than grow
+        self._known[key] = (time.monotonic() + self.seconds, caller)
+
+
+def _presented(request: Request) -> tuple[str, str | None]:
+    """The keyed hash of the request's token and the user it names to act for."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing API token", field="Authorization", fix=_NO_TOKEN_FIX)
-    store = request.app.state.ctx.store
     # The lookup is on the keyed hash, so its timing says nothing about the token; the final
     # comparison is constant-time all the same.
-    presented = token_hash(store.token_key, token.strip())
-    with store.read() as s:
+    return token_hash(request.app.state.ctx.store.token_key, token.strip()), request.headers.get(ON_BEHALF_OF)
+
+
+async def authenticate(request: Request) -> Caller:
+    """The caller of this request: the token's user, or the user its service names in `X-Hai-On-Behalf-Of`.
+
+    A caller verified within `IDENTITY_SECONDS` is answered from memory, on the event loop; otherwise
+    the store is read in a worker thread.
+    """
+    key = _presented(request)
+    known = request.app.state.ctx.identities.get(key)
+    if known is not None:
+        return known
+    return await run_in_threadpool(verify, request, key)
+
+
+def verify(request: Request, key: tuple[str, str | None] | None = None) -> Caller:
+    """`authenticate` from the store, for code running in a worker thread."""
+    presented, named = key or _presented(request)
+    ctx = request.app.state.ctx
+    with ctx.store.read() as s:
         user = s.scalar(select(UserRow).where(UserRow.token_hash == presented))
         if user is None or not same_hash(user.token_hash, presented):
             raise ApiError(401, "unknown API token", field="Authorization", fix=_NO_TOKEN_FIX)
-        named = request.headers.get(ON_BEHALF_OF)
         if named is None:
-            return _caller(s, user)
-        acted_for = _acted_for(s, user, named)
-        via = None if acted_for.name == user.name else user.name
-        return _caller(s, acted_for, via)
+            caller = _caller(s, user)
+        else:
+            acted_for = _acted_for(s, user, named)
+            caller = _caller(s, acted_for, None if acted_for.name == user.name else user.name)
+    ctx.identities.put((presented, named), caller)
+    return caller
 
 
 def _caller(s: Session, user: UserRow, via: str | None = None) -> Caller:

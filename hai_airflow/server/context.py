@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hai_airflow.server.auth import Identities
 from hai_airflow.server.config import ServerConfig
 from hai_airflow.server.metrics import ServerMetrics
 from hai_airflow.server.notify import Broadcast, Wakeup
@@ -21,6 +22,8 @@ class ServerContext:
     """Set by the API after a submit or request, so the controller acts at once."""
     changed: Broadcast = field(default_factory=Broadcast)
     """Notified by the controller after job states changed, so long-polls answer at once."""
+    identities: Identities = field(default_factory=Identities)
+    """Callers the API verified lately (`auth.IDENTITY_SECONDS`)."""
     holder_id: str = ""
     """This process's controller identity (the lease holder name when it holds the lease)."""
     metrics: ServerMetrics = field(init=False)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hai_airflow.server import lease
-from hai_airflow.server.auth import authenticate
+from hai_airflow.server.auth import verify
 from hai_airflow.server.capacity import node_usage
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.snapshot import WAITING
@@ -44,7 +44,7 @@ def require_scraper(request: Request, metrics_token: str | None) -> None:
     presented = _bearer(request)
     if metrics_token and presented and hmac.compare_digest(presented.encode(), metrics_token.encode()):
         return
-    if not authenticate(request).is_platform_admin:
+    if not verify(request).is_platform_admin:
         raise ApiError(
             403,
             "only a platform admin or the metrics token may read /metrics",

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 
+from hai_airflow.server.tables import UserRow
+from hai_airflow.server.tokens import token_hash
 from tests.server.conftest import Api
 
 
@@ -46,6 +49,34 @@ def test_requests_without_a_valid_token_get_401_naming_the_header(
     assert body["error"] == error
     assert body["field"] == "Authorization"
     assert "HAI_TOKEN" in body["fix"]
+
+
+def test_a_verified_caller_is_reused_for_a_while_only(api: Api) -> None:
+    """Another server's start may give alice's token to no one: this server follows within its window."""
+    api.ctx.identities.seconds = 0.5
+    assert api.get("/whoami", "alice").json()["user"] == "alice"
+    with api.ctx.store.write() as s:
+        alice = s.get(UserRow, "alice")
+        assert alice is not None
+        alice.token_hash = token_hash(api.ctx.store.token_key, "a token only the new file knows")
+    assert api.get("/whoami", "alice").status_code == 200  # from memory
+    time.sleep(0.6)
+    assert error_of(api.get("/whoami", "alice"), 401)["error"] == "unknown API token"
+
+
+def test_a_refused_token_is_looked_up_again_and_the_named_user_is_part_of_the_identity(api: Api) -> None:
+    """Only verified callers are kept: a token refused once counts as soon as the store knows it; and
+    alice remembered as herself is not alice acting for bob (she has no `acts_for`)."""
+    fresh = {"Authorization": "Bearer a token only the new file knows"}
+    assert error_of(api.http.get("/api/v1/whoami", headers=fresh), 401)["error"] == "unknown API token"
+    with api.ctx.store.write() as s:
+        dave = s.get(UserRow, "dave")
+        assert dave is not None
+        dave.token_hash = token_hash(api.ctx.store.token_key, "a token only the new file knows")
+    assert api.http.get("/api/v1/whoami", headers=fresh).json()["user"] == "dave"
+    assert api.get("/whoami", "alice").json()["user"] == "alice"
+    acting = api.get("/whoami", "alice", headers={"X-Hai-On-Behalf-Of": "bob"})
+    assert "not a service identity" in error_of(acting, 403)["error"]
 
 
 @pytest.mark.parametrize(
