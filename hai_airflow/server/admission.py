@@ -52,23 +52,35 @@ def model_dir(ctx: ServerContext, job_id: int, spec: AnySpec) -> Path:
 
 
 def claim(
-    s: Session, ctx: ServerContext, job: JobRow | None, spec: AnySpec, d: Admit, holder: str
-) -> NewInstance | None:
-    """Move the job (its row, read in this transaction; None if gone) to STARTING with a new instance
-    row, unless it stopped waiting meanwhile (a cancel, an admin's hold, another controller): then None
-    and nothing is written."""
-    if job is None or job.state not in WAITING or job.held or job.cancel_requested:
-        return None
-    latest = job.latest_checkpoint
-    checkpoint = latest if latest and Path(latest).exists() else None
-    resume = d.resume or job.instance_count > 0
-    saves_to = model_dir(ctx, job.id, spec)
-    inst = transitions.begin_instance(s, job, d.placement, resume, checkpoint, d.reason, time.time(), holder)
-    work_dir = ctx.jobs_dir(job.id) / "instances" / str(inst.id)
-    inst.work_dir, inst.log_path, inst.model_dir = str(work_dir), str(work_dir / "output.log"), str(saves_to)
-    inst.grace_seconds = spec.effective_grace_seconds
-    env = JobEnvironment(job.user_name, job.group_name, saves_to, resume, checkpoint)
-    return NewInstance(job.id, inst.id, spec, d, env, work_dir)
+    s: Session, ctx: ServerContext, wave: list[tuple[JobRow | None, AnySpec, Admit]], holder: str
+) -> list[NewInstance]:
+    """Move the admitted jobs (their rows, read in this transaction; None if gone) to STARTING, each
+    with a new instance row, in one go. A job that stopped waiting meanwhile (a cancel, an admin's
+    hold, another controller) is left as it is and not returned."""
+    ready = [
+        (job, spec, d)
+        for job, spec, d in wave
+        if job is not None and job.state in WAITING and not job.held and not job.cancel_requested
+    ]
+    starts = []
+    for job, _, d in ready:
+        latest = job.latest_checkpoint
+        checkpoint = latest if latest and Path(latest).exists() else None
+        resume = d.resume or job.instance_count > 0
+        starts.append(transitions.Start(job, d.placement, resume, checkpoint, d.reason))
+    if not starts:
+        return []
+    instances = transitions.begin_instances(s, starts, time.time(), holder)
+    news = []
+    for (job, spec, d), start, inst in zip(ready, starts, instances, strict=True):
+        saves_to = model_dir(ctx, job.id, spec)
+        work_dir = ctx.jobs_dir(job.id) / "instances" / str(inst.id)
+        inst.work_dir, inst.log_path = str(work_dir), str(work_dir / "output.log")
+        inst.model_dir = str(saves_to)
+        inst.grace_seconds = spec.effective_grace_seconds
+        env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint)
+        news.append(NewInstance(job.id, inst.id, spec, d, env, work_dir))
+    return news
 
 
 def prepare(ctx: ServerContext, new: NewInstance) -> Launch:

@@ -298,7 +298,7 @@ class Controller:
                 for d in reserves:
                     transitions.reserve(s, d.job_id, d.placement, now)
                 for job_id in stale:
-                    transitions.clear_reservations(s, job_id)
+                    transitions.clear_reservations(s, [job_id])
         if admits:
             self._admit(view, admits)
         if holds or rejects:
@@ -380,12 +380,9 @@ class Controller:
         transaction); `admission` has the steps. A wave of starts costs two commits, not two per job."""
         with self._write() as s:
             rows = by_id.rows(s, JobRow, [d.job_id for d in admits])
-            claimed = [
-                admission.claim(s, self.ctx, rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d, self.me)
-                for d in admits
-                if d.job_id in view.jobs
-            ]
-        news = [new for new in claimed if new is not None]
+            known = [d for d in admits if d.job_id in view.jobs]
+            wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
+            news = admission.claim(s, self.ctx, wave, self.me)
         if not news:
             return
         self.ctx.changed.notify()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import delete, update
@@ -40,53 +41,63 @@ def move(
     if to_state in TERMINAL_STATES:
         job.ended_at = now
         job.current_instance_id = None
-        clear_reservations(s, job.id)
+        clear_reservations(s, [job.id])
 
 
-def clear_reservations(s: Session, job_id: int) -> None:
-    s.execute(delete(ReservationRow).where(ReservationRow.job_id == job_id))
-    changes.job_changed(s, job_id)
+def clear_reservations(s: Session, job_ids: Iterable[int]) -> None:
+    for part in by_id.chunks(job_ids):
+        s.execute(delete(ReservationRow).where(ReservationRow.job_id.in_(part)))
+        for job_id in part:
+            changes.job_changed(s, job_id)
 
 
 def reserve(s: Session, job_id: int, placement: Placement, now: float) -> None:
-    clear_reservations(s, job_id)
+    clear_reservations(s, [job_id])
     for w in placement:
         s.add(ReservationRow(job_id=job_id, node=w.node, gpus=json.dumps(list(w.gpus)), created_at=now))
 
 
-def begin_instance(
-    s: Session,
-    job: JobRow,
-    placement: Placement,
-    resume: bool,
-    checkpoint: str | None,
-    reason: str,
-    now: float,
-    controller: str,
-) -> InstanceRow:
-    """PENDING/SUSPENDED -> STARTING with a new instance row (paths are filled in by the caller)."""
-    inst = InstanceRow(
-        job_id=job.id,
-        created_at=now,
-        placement=placement_to_json(placement),
-        resume=resume,
-        checkpoint=checkpoint,
-        log_path="",
-        work_dir="",
-        model_dir="",
-        grace_seconds=0,
-        controller=controller,
-    )
-    s.add(inst)
+@dataclass(frozen=True)
+class Start:
+    """A waiting job the controller admits: where it goes, and what its new instance resumes from."""
+
+    job: JobRow
+    placement: Placement
+    resume: bool
+    checkpoint: str | None
+    reason: str
+
+
+def begin_instances(s: Session, starts: list[Start], now: float, controller: str) -> list[InstanceRow]:
+    """PENDING/SUSPENDED -> STARTING, each with a new instance row (paths are filled in by the caller).
+    A wave of starts is one INSERT of the instance rows and one DELETE of the reservations they used."""
+    instances = [
+        InstanceRow(
+            job_id=start.job.id,
+            created_at=now,
+            placement=placement_to_json(start.placement),
+            resume=start.resume,
+            checkpoint=start.checkpoint,
+            log_path="",
+            work_dir="",
+            model_dir="",
+            grace_seconds=0,
+            controller=controller,
+        )
+        for start in starts
+    ]
+    s.add_all(instances)
     s.flush()
-    if job.state == "SUSPENDED" and job.suspended_at is not None:
-        job.suspended_seconds += max(0.0, now - job.suspended_at)
-    job.suspended_at = None
-    job.current_instance_id = inst.id
-    job.instance_count += 1
-    clear_reservations(s, job.id)
-    move(s, job, "STARTING", "admitted", f"instance {inst.id}: {reason}", now)
-    return inst
+    clear_reservations(s, [start.job.id for start in starts])
+    for start, inst in zip(starts, instances, strict=True):
+        job = start.job
+        if job.state == "SUSPENDED" and job.suspended_at is not None:
+            job.suspended_seconds += max(0.0, now - job.suspended_at)
+        job.suspended_at = None
+        job.current_instance_id = inst.id
+        job.instance_count += 1
+        move(s, job, "STARTING", "admitted", f"instance {inst.id}: {start.reason}", now)
+    return instances
 
 
 def started(s: Session, job: JobRow, inst: InstanceRow, handle: Handle, now: float) -> None:
