@@ -379,8 +379,8 @@ class Controller:
         """Claim the jobs (one transaction), launch their instances, record the outcomes (one
         transaction); `admission` has the steps. A wave of starts costs two commits, not two per job."""
         with self._write() as s:
-            rows = by_id.rows(s, JobRow, [d.job_id for d in admits])
             known = [d for d in admits if d.job_id in view.jobs]
+            rows = by_id.rows(s, JobRow, [d.job_id for d in known])
             wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
             news = admission.claim(s, self.ctx, wave, self.me)
         if not news:
