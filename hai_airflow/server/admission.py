@@ -18,6 +18,7 @@ from hai_airflow.backends.base import Backend, Handle, JobEnvironment, Launch, S
 from hai_airflow.scheduling.model import WAITING, Admit
 from hai_airflow.server import paths, transitions
 from hai_airflow.server.context import ServerContext
+from hai_airflow.server.snapshot import schedulable
 from hai_airflow.server.tables import JobRow
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
 
@@ -60,7 +61,7 @@ def claim(
     ready = [
         (job, spec, d)
         for job, spec, d in wave
-        if job is not None and job.state in WAITING and not job.held and not job.cancel_requested
+        if job is not None and job.state in WAITING and schedulable(job)  # not held, no cancel pending
     ]
     starts = []
     for job, _, d in ready:
