@@ -1,5 +1,5 @@
 """The change feed: each write transaction records which jobs it changed (and whether quotas or
-nodes changed), in commit order, so the controller keeps its cluster state without re-reading the store.
+nodes changed), so the controller keeps its cluster state without re-reading the store.
 
 Rows are collected from the session's flushes, so every ORM write is seen without the writer saying
 so; a Core statement that changes a job's planning inputs calls `job_changed` itself.
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import delete, event, func, insert, select, text
+from sqlalchemy import delete, event, func, insert, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
 from hai_airflow.server.tables import (
@@ -29,29 +29,33 @@ JOB, QUOTA, NODES = "job", "quota", "nodes"
 """What a change row says changed: a job (its row, instances or reservations), quotas, or nodes."""
 
 _PENDING = "hai_changes"
-_ORDER_LOCK_KEY = 0x4841_4943  # "HAIC": commits of change rows one at a time on PostgreSQL
 
 Change = tuple[str, int | None]
+Cursor = tuple[int, int]
+"""Where a reader of the feed stands: the (transaction, id) of the newest change it applied."""
+START: Cursor = (0, 0)
+
+# PostgreSQL hands ids out before commit, so a reader could see id 11 before id 10 commits and skip 10
+# for ever. Each row carries its transaction's id instead, and a reader takes only the rows of
+# transactions older than every one still running (its snapshot's xmin), in (transaction, id) order:
+# no row can join those any more, so none is skipped and writers need not take turns.
+_THIS_TRANSACTION = text("pg_current_xact_id()::text::bigint")
+_RUNNING_FROM = text("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
 
 
 def track(factory: sessionmaker[Session], postgres: bool) -> None:
-    """Record the changes of every transaction of `factory`'s sessions.
-
-    On PostgreSQL ids are handed out before commit, so a reader could see id 11 before id 10
-    commits and skip 10 for ever; an advisory lock held from the insert to the commit keeps ids in
-    commit order. SQLite writers are one at a time already.
-    """
+    """Record the changes of every transaction of `factory`'s sessions (on PostgreSQL, with the
+    transaction's id)."""
+    statement = insert(ChangeRow).values(txn=_THIS_TRANSACTION) if postgres else insert(ChangeRow)
 
     def record(session: Session) -> None:
         session.flush()
         pending: set[Change] | None = session.info.pop(_PENDING, None)
         if not pending:
             return
-        if postgres:
-            session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _ORDER_LOCK_KEY})
         now = time.time()
         ordered = sorted(pending, key=lambda c: (c[0], c[1] or 0))
-        session.execute(insert(ChangeRow), [{"kind": k, "job_id": j, "at": now} for k, j in ordered])
+        session.execute(statement, [{"kind": k, "job_id": j, "at": now} for k, j in ordered])
 
     event.listen(factory, "after_flush", _collect)
     event.listen(factory, "before_commit", record)
@@ -80,14 +84,36 @@ def job_changed(session: Session, job_id: int) -> None:
     session.info.setdefault(_PENDING, set()).add((JOB, job_id))
 
 
-def since(session: Session, last: int) -> Sequence[ChangeRow]:
-    """The changes committed after change `last`, oldest first."""
-    return session.scalars(select(ChangeRow).where(ChangeRow.id > last).order_by(ChangeRow.id)).all()
+def since(session: Session, last: Cursor) -> Sequence[ChangeRow]:
+    """The changes committed after `last` that no running transaction can precede, in feed order."""
+    if _sqlite(session):  # one writer at a time: ids are in commit order
+        return session.scalars(select(ChangeRow).where(ChangeRow.id > last[1]).order_by(ChangeRow.id)).all()
+    return session.scalars(
+        select(ChangeRow)
+        .where(tuple_(ChangeRow.txn, ChangeRow.id) > tuple_(*last), ChangeRow.txn < _RUNNING_FROM)
+        .order_by(ChangeRow.txn, ChangeRow.id)
+    ).all()
 
 
-def newest(session: Session) -> int:
-    """The id of the newest change (0 when there is none)."""
-    return session.scalar(select(func.max(ChangeRow.id))) or 0
+def newest(session: Session) -> Cursor:
+    """The newest change no running transaction can precede (`START` when there is none)."""
+    if _sqlite(session):
+        return (0, session.scalar(select(func.max(ChangeRow.id))) or 0)
+    row = session.execute(
+        select(ChangeRow.txn, ChangeRow.id)
+        .where(ChangeRow.txn < _RUNNING_FROM)
+        .order_by(ChangeRow.txn.desc(), ChangeRow.id.desc())
+        .limit(1)
+    ).first()
+    return START if row is None else (row.txn, row.id)
+
+
+def cursor(change: ChangeRow) -> Cursor:
+    return (change.txn, change.id)
+
+
+def _sqlite(session: Session) -> bool:
+    return session.get_bind().dialect.name == "sqlite"
 
 
 def trim(session: Session, before: float) -> None:

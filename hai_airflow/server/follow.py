@@ -36,7 +36,7 @@ class Kept:
     """Every unfinished job's row, including admin-held ones the planner does not see."""
     current: dict[int, InstanceRow]
     """Current (not ended) instance by job id."""
-    last_change: int
+    last_change: changes.Cursor
     """The newest change of the feed already applied."""
     reasons: dict[int, str | None] = field(default_factory=dict)
     """Why each unfinished job waits, as stored (read often, so kept out of the ORM rows)."""
@@ -100,7 +100,7 @@ class StoreFollower:
             self.kept.state.nodes_changed(nodes_of(session))
         if job_ids:
             self._refresh(session, job_ids)
-        self.kept.last_change = fresh[-1].id
+        self.kept.last_change = changes.cursor(fresh[-1])
         return len(fresh)
 
     def _refresh(self, session: Session, job_ids: set[int]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -177,15 +177,21 @@ class SettingRow(Base):
 
 
 class ChangeRow(Base):
-    """The change feed: one row per transaction and thing it changed, in commit order (`server.changes`).
+    """The change feed: one row per transaction and thing it changed (`server.changes`).
 
-    The controller keeps its cluster state by reading the rows after the last one it applied.
+    The controller keeps its cluster state by reading the rows after the last one it applied, in
+    (transaction, id) order.
     """
 
     __tablename__ = "changes"
-    __table_args__ = ({"sqlite_autoincrement": True},)  # ids never reused once old rows are trimmed
+    __table_args__ = (
+        Index("ix_changes_txn_id", "txn", "id"),
+        {"sqlite_autoincrement": True},  # ids never reused once old rows are trimmed
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    txn: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The writing transaction's id on PostgreSQL (0 on SQLite, whose writers take turns)."""
     kind: Mapped[str] = mapped_column(String(20))
     """job (a job, its instances or its reservations), quota or nodes."""
     job_id: Mapped[int | None] = mapped_column(Integer)
