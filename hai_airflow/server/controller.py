@@ -292,28 +292,30 @@ class Controller:
         stale = {r.job_id for r in view.snapshot.reservations} - {d.job_id for d in reserves}
         if stale:
             stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING}
-        if reserves or stale:
+        news: list[admission.NewInstance] = []
+        if reserves or stale or admits or holds or rejects:
+            # What the plan decided, in one transaction: reservations, reasons, rejections, claims.
             with self._write() as s:
                 now = time.time()
                 for d in reserves:
                     transitions.reserve(s, d.job_id, d.placement, now)
-                for job_id in stale:
-                    transitions.clear_reservations(s, [job_id])
-        if admits:
-            self._admit(view, admits)
-        if holds or rejects:
-            with self._write() as s:
-                now = time.time()
+                if stale:
+                    transitions.clear_reservations(s, sorted(stale))
                 transitions.waiting_reasons(s, holds)
                 for r in rejects:
                     job = s.get(JobRow, r.job_id)
                     if job is not None and job.state in WAITING:
                         transitions.reject(s, job, r.reason, now)
+                if admits:
+                    news = self._claim(s, view, admits)
             for job_id, reason in holds.items():
                 # Kept as written: a reason is not a change the feed carries.
                 view.jobs[job_id].reason = reason
                 reasons[job_id] = reason
-        if admits or suspends or rejects:
+        if news:
+            self.ctx.changed.notify()
+            self._start(news)
+        elif suspends or rejects:
             self.ctx.changed.notify()
 
     def _handle_requests(self, kept: Kept) -> bool:
@@ -375,17 +377,16 @@ class Controller:
 
     # ---- starting -----------------------------------------------------------------------------
 
-    def _admit(self, view: StoreView, admits: list[Admit]) -> None:
-        """Claim the jobs (one transaction), launch their instances, record the outcomes (one
-        transaction); `admission` has the steps. A wave of starts costs two commits, not two per job."""
-        with self._write() as s:
-            known = [d for d in admits if d.job_id in view.jobs]
-            rows = by_id.rows(s, JobRow, [d.job_id for d in known])
-            wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
-            news = admission.claim(s, self.ctx, wave, self.me)
-        if not news:
-            return
-        self.ctx.changed.notify()
+    def _claim(self, s: Session, view: StoreView, admits: list[Admit]) -> list[admission.NewInstance]:
+        """Claim the admitted jobs the view knows (`admission.claim`): their new instances."""
+        known = [d for d in admits if d.job_id in view.jobs]
+        rows = by_id.rows(s, JobRow, [d.job_id for d in known])
+        wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
+        return admission.claim(s, self.ctx, wave, self.me)
+
+    def _start(self, news: list[admission.NewInstance]) -> None:
+        """Launch the claimed instances, then record the outcomes in one transaction: a wave of starts
+        costs two commits (with the claim's), not two per job."""
         started = [(new, *admission.launch(self.ctx, self.backend, new)) for new in news]
         try:
             with self._write() as s:
