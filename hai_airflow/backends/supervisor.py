@@ -24,11 +24,11 @@
 
 from __future__ import annotations
 
+import _signal as signal  # `signal` without its enums: importing `enum` costs more than all the rest
 import contextlib
 import ctypes
 import os
 import select
-import signal
 import sys
 import time
 
