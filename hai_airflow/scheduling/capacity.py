@@ -5,10 +5,9 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import Job, Node
+from hai_airflow.scheduling.model import Node, Shape
 from hai_airflow.scheduling.usage import NodeFreeBase, Usage
 
 EPS = 1e-9
@@ -16,24 +15,6 @@ EPS = 1e-9
 
 ANY = "*"
 """Pool name for CPU-only workers: they may go on any node."""
-
-
-class Shape(NamedTuple):
-    """What a job asks for: `workers` identical workers, each on one node of one GPU type.
-
-    A tuple, because shapes key the per-cycle memos and are hashed once per queued job.
-    """
-
-    gpu_type: str | None
-    workers: int
-    gpus: int
-    cpus: float
-    memory_gb: float
-
-    @classmethod
-    def of(cls, job: Job) -> Shape:
-        workers = job.workers if job.workers > 1 else 1  # once per queued job per cycle: no max()
-        return cls(job.gpu_type, workers, job.gpus_per_worker, job.cpus_per_worker, job.memory_gb_per_worker)
 
 
 def workers_fitting(gpus: int, cpus: float, memory_gb: float, shape: Shape) -> int:

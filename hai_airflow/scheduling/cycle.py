@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, Shape
+from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree
 from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, raise_guard
 from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.layout import Layout
@@ -18,6 +18,7 @@ from hai_airflow.scheduling.model import (
     Reject,
     Reservation,
     Reserve,
+    Shape,
     Snapshot,
     Suspend,
     Wait,
@@ -127,7 +128,7 @@ class Cycle:
 
     def decide(self, job: Job) -> None:
         """Reject, else quota, else place, else wait for own victims, else new victims, else wait."""
-        shape = Shape.of(job)
+        shape = job.shape
         rejected = self.never_fits(shape)
         if rejected is not None:
             self.decisions.append(Reject(job.id, rejected))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hai_airflow.scheduling.capacity import ANY, FreeCapacity, NodeFree, Shape, workers_fitting
+from hai_airflow.scheduling.capacity import ANY, FreeCapacity, NodeFree, workers_fitting
+from hai_airflow.scheduling.model import Shape
 
 
 @dataclass(slots=True)

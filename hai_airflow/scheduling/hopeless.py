@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hai_airflow.scheduling.capacity import Shape
+from hai_airflow.scheduling.model import Shape
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from hai_airflow.spec import PriorityClass, priority_class
 
@@ -39,6 +39,19 @@ class WorkerPlacement:
 Placement = tuple[WorkerPlacement, ...]
 
 
+class Shape(NamedTuple):
+    """What a job asks for: `workers` identical workers, each on one node of one GPU type.
+
+    A tuple, because shapes key the per-cycle memos and are hashed once per queued job.
+    """
+
+    gpu_type: str | None
+    workers: int
+    gpus: int
+    cpus: float
+    memory_gb: float
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A job as the planner sees it. Times are seconds on the caller's clock (`now`)."""
@@ -65,6 +78,13 @@ class Job:
     preemptions: int = 0
     last_checkpoint_at: float | None = None
     elastic: bool = False
+    shape: Shape = field(init=False, repr=False, compare=False)
+    """What it asks for, from the fields above (set once: a plan reads it for every queued job)."""
+
+    def __post_init__(self) -> None:
+        workers = self.workers if self.workers > 1 else 1
+        gpus, cpus, memory = self.gpus_per_worker, self.cpus_per_worker, self.memory_gb_per_worker
+        object.__setattr__(self, "shape", Shape(self.gpu_type, workers, gpus, cpus, memory))
 
     @property
     def priority(self) -> PriorityClass:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, Shape, workers_fitting
+from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree, workers_fitting
 from hai_airflow.scheduling.layout import NodeKinds
-from hai_airflow.scheduling.model import Placement, WorkerPlacement
+from hai_airflow.scheduling.model import Placement, Shape, WorkerPlacement
 
 
 def best_fit(cap: FreeCapacity, pool: str, shape: Shape) -> NodeFree | None:

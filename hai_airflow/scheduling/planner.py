@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from hai_airflow.scheduling.cycle import Cycle
 from hai_airflow.scheduling.model import WAITING, Decision, Snapshot
 from hai_airflow.scheduling.policies import POLICIES
@@ -28,6 +30,7 @@ def plan(snapshot: Snapshot, now: float) -> list[Decision]:
     if not waiting:
         return []
     cycle = Cycle.start(snapshot, policy, now, waiting)
-    for job in sorted(waiting, key=lambda j: policy.queue_key(j, now)):
-        cycle.decide(job)
+    keys = list(map(policy.queue_key, waiting, repeat(now)))  # each ends with the job id: no ties
+    for i in sorted(range(len(waiting)), key=keys.__getitem__):
+        cycle.decide(waiting[i])
     return cycle.decisions

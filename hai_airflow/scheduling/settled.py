@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import islice
 
-from hai_airflow.scheduling.capacity import FreeCapacity, Shape
+from hai_airflow.scheduling.capacity import FreeCapacity
 from hai_airflow.scheduling.cycle import honoured, set_aside
 from hai_airflow.scheduling.model import WAITING, Decision, Job, Wait
 from hai_airflow.scheduling.placement import never_fits, place
@@ -90,7 +90,7 @@ def waits_anyway(state: ClusterState, arrivals: Sequence[Job]) -> bool:
 
     set_aside(cap, honoured(reservations, waiting, usage.layout))
     for job in arrivals:
-        shape = Shape.of(job)
+        shape = job.shape
         if never_fits(usage.layout.kinds, shape) is not None or place(cap, shape) is not None:
             return False
     return True

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hai_airflow.scheduling.capacity import ANY, EPS, FreeCapacity, NodeFree, Shape, workers_fitting
+from hai_airflow.scheduling.capacity import ANY, EPS, FreeCapacity, NodeFree, workers_fitting
 from hai_airflow.scheduling.hopeless import Hopeless
-from hai_airflow.scheduling.model import Job
+from hai_airflow.scheduling.model import Job, Shape
 from hai_airflow.scheduling.policies import Policy
 from hai_airflow.spec import is_high
 

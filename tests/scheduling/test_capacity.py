@@ -1,12 +1,14 @@
-"""Trials on free capacity: undone unless committed, exactly, and nested."""
+"""Trials on free capacity: undone unless committed, exactly, and nested; what a job asks for."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from hai_airflow.scheduling.capacity import FreeCapacity, Shape
+from hai_airflow.scheduling.capacity import FreeCapacity
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import Node
+from hai_airflow.scheduling.model import Job, Node, Shape
 from hai_airflow.scheduling.placement import place
 from hai_airflow.scheduling.usage import Usage
 
@@ -91,3 +93,12 @@ def test_a_trial_closes_once_and_innermost_first():
         inner.commit()
     outer.undo()
     assert cap.open_trial is None
+
+
+def test_a_job_s_shape_follows_its_fields_through_replace():
+    job = Job(id=1, user="u", group="g", state="PENDING", max_schedule=0, submitted_at=0.0,
+              workers=0, gpus_per_worker=2, cpus_per_worker=8.0, memory_gb_per_worker=64.0, gpu_type="V100")
+    assert job.shape == Shape("V100", 1, 2, 8.0, 64.0)  # no workers still asks for one
+    bigger = replace(job, workers=4, gpu_type=None)
+    assert bigger.shape == Shape(None, 4, 2, 8.0, 64.0)
+    assert bigger != job and replace(bigger, workers=0, gpu_type="V100") == job
