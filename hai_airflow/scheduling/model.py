@@ -159,9 +159,13 @@ class Reserve:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wait:
-    """The job keeps waiting; `reason` says why, in words a user understands."""
+    """The job keeps waiting; `reason` says why, in words a user understands.
+
+    Not frozen, unlike the other decisions: a plan makes one per queued job, and a frozen dataclass
+    takes three times as long to make. Nothing changes one after the plan.
+    """
 
     job_id: int
     reason: str

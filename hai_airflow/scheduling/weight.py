@@ -44,8 +44,9 @@ def deadline(job: Job) -> float:
 
 def lost_seconds(job: Job, now: float) -> float:
     """Time lost to suspension: past suspensions plus the ongoing one of a SUSPENDED job."""
-    ongoing = now - job.suspended_at if job.state == "SUSPENDED" and job.suspended_at is not None else 0.0
-    return job.suspended_seconds + max(ongoing, 0.0)
+    if job.state != "SUSPENDED" or job.suspended_at is None or job.suspended_at >= now:
+        return job.suspended_seconds  # the common case, once per queued job per plan: no max()
+    return job.suspended_seconds + (now - job.suspended_at)
 
 
 def queue_key(job: Job, now: float) -> tuple[float | int, ...]:
