@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from itertools import chain
 from typing import Any
 
-from sqlalchemy import delete, event, func, insert, select, text, tuple_
+from sqlalchemy import ColumnElement, delete, event, func, insert, or_, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
 from hai_airflow.server.tables import (
@@ -41,6 +41,12 @@ START: Cursor = (0, 0)
 # no row can join those any more, so none is skipped and writers need not take turns.
 _THIS_TRANSACTION = text("pg_current_xact_id()::text::bigint")
 _RUNNING_FROM = text("pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+
+HELD_BACK_SECONDS = 30.0
+"""A change committed this long ago is taken even while an older transaction still runs. Transaction
+ids are shared by every database of a PostgreSQL server, so a transaction left open anywhere on it
+would otherwise hold the feed back until it ends. What that transaction changes, if it commits later,
+is behind the reader by then: the controller's full read of the store (every few minutes) applies it."""
 
 
 def track(factory: sessionmaker[Session], postgres: bool) -> None:
@@ -84,28 +90,35 @@ def job_changed(session: Session, job_id: int) -> None:
     session.info.setdefault(_PENDING, set()).add((JOB, job_id))
 
 
-def since(session: Session, last: Cursor) -> Sequence[ChangeRow]:
-    """The changes committed after `last` that no running transaction can precede, in feed order."""
+def since(session: Session, last: Cursor, now: float | None = None) -> Sequence[ChangeRow]:
+    """The changes committed after `last` that no running transaction can precede (or that were
+    held back for HELD_BACK_SECONDS before `now`), in feed order."""
     if _sqlite(session):  # one writer at a time: ids are in commit order
         return session.scalars(select(ChangeRow).where(ChangeRow.id > last[1]).order_by(ChangeRow.id)).all()
     return session.scalars(
         select(ChangeRow)
-        .where(tuple_(ChangeRow.txn, ChangeRow.id) > tuple_(*last), ChangeRow.txn < _RUNNING_FROM)
+        .where(tuple_(ChangeRow.txn, ChangeRow.id) > tuple_(*last), _ready(now))
         .order_by(ChangeRow.txn, ChangeRow.id)
     ).all()
 
 
-def newest(session: Session) -> Cursor:
-    """The newest change no running transaction can precede (`START` when there is none)."""
+def newest(session: Session, now: float | None = None) -> Cursor:
+    """The newest change `since` would give (`START` when there is none)."""
     if _sqlite(session):
         return (0, session.scalar(select(func.max(ChangeRow.id))) or 0)
     row = session.execute(
         select(ChangeRow.txn, ChangeRow.id)
-        .where(ChangeRow.txn < _RUNNING_FROM)
+        .where(_ready(now))
         .order_by(ChangeRow.txn.desc(), ChangeRow.id.desc())
         .limit(1)
     ).first()
     return START if row is None else (row.txn, row.id)
+
+
+def _ready(now: float | None) -> ColumnElement[bool]:
+    """PostgreSQL: no running transaction can come before the change, or it waited long enough."""
+    held_since = (time.time() if now is None else now) - HELD_BACK_SECONDS
+    return or_(ChangeRow.txn < _RUNNING_FROM, ChangeRow.at < held_since)
 
 
 def cursor(change: ChangeRow) -> Cursor:
