@@ -14,12 +14,16 @@ EXIT_SAVED_ON_NOTICE = 75
 
 NOTICE_ENV = "HAI_PREEMPT_NOTICE"
 
-_sigterm = threading.Event()
+_sigterm_received = False
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     # Only a flag: the training step in progress finishes and the loop saves at a step boundary.
-    _sigterm.set()
+    # And no lock (not even threading.Event's): Python runs a handler between bytecodes, so a second
+    # SIGTERM (the platform signals both the launcher and every process under it) can run this
+    # handler again inside the first one, where waiting for a lock the first holds never ends.
+    global _sigterm_received
+    _sigterm_received = True
 
 
 def install_preemption_handler() -> Any:
@@ -50,7 +54,7 @@ def ignore_sigterm() -> None:
 
 def sigterm_received() -> bool:
     """True once SIGTERM arrived after ``install_preemption_handler``."""
-    return _sigterm.is_set()
+    return _sigterm_received
 
 
 def notice_file() -> str | None:
@@ -60,7 +64,7 @@ def notice_file() -> str | None:
 
 def preemption_requested() -> bool:
     """True once the notice file exists or SIGTERM arrived: save now and exit."""
-    if _sigterm.is_set():
+    if _sigterm_received:
         return True
     path = notice_file()
     return path is not None and os.path.exists(path)

@@ -96,6 +96,39 @@ def test_sigterm_after_the_save_on_notice_keeps_the_saved_exit(tmp_path: Path, j
     assert saved_steps(tmp_path / "ckpt") == [1]
 
 
+def test_a_sigterm_landing_inside_the_handler_of_another_still_saves(tmp_path: Path, jobs: Jobs) -> None:
+    # The platform signals a job's launcher and every process under it, so a rank gets SIGTERM two
+    # or three times at once, and Python may run the handler again inside itself. Here each call the
+    # handler makes (and its own start) sends one more SIGTERM, which lands inside that handler; a
+    # handler that took a lock would wait for itself for ever and the job would miss its grace.
+    script = (
+        "import os, signal, sys\n"
+        "from hai_airflow.training import Checkpointer, TrainingLoop\n"
+        "sent = 0\n"
+        "def again(frame, event, arg):\n"
+        "    global sent\n"
+        "    inside = frame\n"
+        "    while inside is not None and inside.f_code is not handler.__code__:\n"
+        "        inside = inside.f_back\n"
+        "    if inside is not None and event in ('call', 'c_call') and sent < 50:\n"
+        "        sent += 1\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "with TrainingLoop(Checkpointer('ckpt'), lambda: {}, every=100) as loop:\n"
+        "    handler = signal.getsignal(signal.SIGTERM)\n"
+        "    for step in loop.steps(1000):\n"
+        "        if step == 3:\n"
+        "            sys.setprofile(again)\n"
+        "            os.kill(os.getpid(), signal.SIGTERM)\n"
+        "            sys.setprofile(None)\n"
+        "            print('signalled', sent, flush=True)\n"
+    )
+    job = jobs.start("-c", script, cwd=tmp_path)
+    assert job.wait(timeout=30) == EXIT_SAVED_ON_NOTICE, job.describe()
+    signalled = [int(line.split()[1]) for line in job.lines if line.startswith("signalled ")]
+    assert signalled and signalled[0] >= 1, job.describe()
+    assert saved_steps(tmp_path / "ckpt") == [4]
+
+
 def test_notice_after_the_last_step_is_a_normal_finish(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
