@@ -36,6 +36,7 @@ bench: install
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/cycle_bench.py
 	$(PY) benchmarks/server_bench.py
+	$(PY) benchmarks/standby_bench.py
 	$(PY) benchmarks/airflow_bench.py
 	bash benchmarks/vs_slurm.sh 1000 16
 

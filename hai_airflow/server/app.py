@@ -22,10 +22,14 @@ from hai_airflow.server.routes import router
 
 
 def create_app(ctx: ServerContext, controller: Controller | None = None) -> FastAPI:
-    """The API over `ctx`; with a `controller`, its loop runs while the app is up."""
+    """The API over `ctx`; with a `controller`, its loop runs while the app is up. On PostgreSQL the
+    app listens for other servers' commits on the store's channel while it is up."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        listener = ctx.store.listener(ctx.heard)
+        if listener is not None:
+            listener.start()
         if controller is not None:
             controller.start()
         try:
@@ -33,6 +37,8 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
         finally:
             if controller is not None:
                 controller.stop()
+            if listener is not None:
+                listener.stop()
 
     app = FastAPI(
         title="hai",

@@ -8,7 +8,7 @@ so; a Core statement that changes a job's planning inputs calls `job_changed` it
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
 
@@ -29,6 +29,7 @@ JOB, QUOTA, NODES = "job", "quota", "nodes"
 """What a change row says changed: a job (its row, instances or reservations), quotas, or nodes."""
 
 _PENDING = "hai_changes"
+_RECORDED = "hai_changes_recorded"
 
 Change = tuple[str, int | None]
 Cursor = tuple[int, int]
@@ -49,9 +50,11 @@ would otherwise hold the feed back until it ends. What that transaction changes,
 is behind the reader by then: the controller's full read of the store (every few minutes) applies it."""
 
 
-def track(factory: sessionmaker[Session], postgres: bool) -> None:
+def track(
+    factory: sessionmaker[Session], postgres: bool, committed: Callable[[], None] | None = None
+) -> None:
     """Record the changes of every transaction of `factory`'s sessions (on PostgreSQL, with the
-    transaction's id)."""
+    transaction's id); `committed` is called after each commit that recorded some."""
     statement = insert(ChangeRow).values(txn=_THIS_TRANSACTION) if postgres else insert(ChangeRow)
 
     def record(session: Session) -> None:
@@ -62,10 +65,18 @@ def track(factory: sessionmaker[Session], postgres: bool) -> None:
         now = time.time()
         ordered = sorted(pending, key=lambda c: (c[0], c[1] or 0))
         session.execute(statement, [{"kind": k, "job_id": j, "at": now} for k, j in ordered])
+        session.info[_RECORDED] = True
 
     event.listen(factory, "after_flush", _collect)
     event.listen(factory, "before_commit", record)
     event.listen(factory, "after_soft_rollback", _forget)
+    if committed is not None:
+
+        def after_commit(session: Session) -> None:
+            if session.info.pop(_RECORDED, False):
+                committed()
+
+        event.listen(factory, "after_commit", after_commit)
 
 
 def _collect(session: Session, _context: Any) -> None:
@@ -83,6 +94,7 @@ def _collect(session: Session, _context: Any) -> None:
 
 def _forget(session: Session, _previous: Any) -> None:
     session.info.pop(_PENDING, None)
+    session.info.pop(_RECORDED, None)
 
 
 def job_changed(session: Session, job_id: int) -> None:

@@ -32,6 +32,11 @@ class ServerContext:
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.store, self.holder_id)
 
+    def heard(self) -> None:
+        """Another process committed changes (`channel.Listener`): plan and answer long-polls at once."""
+        self.wakeup.set()
+        self.changed.notify()
+
     @property
     def packages(self) -> dict[int, ResourcePackage]:
         return {p.id: p for p in self.config.resource_packages}

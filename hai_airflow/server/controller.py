@@ -106,7 +106,12 @@ class Controller:
                 self.active = False
             except Exception:
                 log.exception("controller step failed; retrying")
-            wait = POLL_SECONDS if self.active else TICK_SECONDS
+            if not self.active:
+                # A standby only looks whether the lease is free: wake-ups (its own API's, and every
+                # other server's through the channel) are for the holder.
+                self._stopping.wait(TICK_SECONDS)
+                continue
+            wait = POLL_SECONDS
             if self._woken:  # a wake-up waits for the settle time of the last cycle
                 wait = min(wait, max(self._settled_at - time.time(), 0.02))
             self._woken = self.ctx.wakeup.wait(wait) or self._woken
@@ -448,4 +453,3 @@ class Controller:
                     job.latest_checkpoint_at is None or ckpt.at > job.latest_checkpoint_at
                 ):
                     transitions.checkpoint_seen(s, job, ckpt, now)
-

@@ -6,7 +6,7 @@ import contextlib
 import os
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from hai_airflow.server import changes
+from hai_airflow.server.channel import Announcer, Listener, new_origin
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_KEY = 0x4841_4953  # "HAIS": one PostgreSQL advisory lock for schema upgrades
@@ -104,8 +105,12 @@ class Store:
         self.dialect = self.engine.dialect.name
         self._read = sessionmaker(self.engine, expire_on_commit=False)
         self._write = sessionmaker(self.engine.execution_options(hai_write=True), expire_on_commit=False)
+        self.origin = new_origin()
+        """Names this store's announcements on the PostgreSQL channel (`channel.py`)."""
+        self.announcer = None if self.is_sqlite else Announcer(self.engine, self.origin)
+        committed = None if self.announcer is None else self.announcer.announce
         for factory in (self._read, self._write):
-            changes.track(factory, postgres=not self.is_sqlite)
+            changes.track(factory, postgres=not self.is_sqlite, committed=committed)
         # SQLite has one writer at a time. Writers of this process queue on a lock that wakes the next
         # one as soon as the last commits, instead of polling the database lock (its busy handler
         # sleeps up to 100 ms between tries); other processes still meet the busy timeout.
@@ -153,5 +158,12 @@ class Store:
         if not self.is_sqlite:
             session.execute(text("SELECT name FROM groups WHERE name = :g FOR UPDATE"), {"g": group})
 
+    def listener(self, on_change: Callable[[], None]) -> Listener | None:
+        """Calls `on_change` when another process commits changes to this database (not started);
+        None on SQLite, which has no channel."""
+        return None if self.is_sqlite else Listener(self.url, self.origin, on_change)
+
     def dispose(self) -> None:
+        if self.announcer is not None:
+            self.announcer.close()
         self.engine.dispose()

@@ -1,0 +1,166 @@
+"""Wake-ups between servers on one PostgreSQL database (LISTEN/NOTIFY): two `Store`s stand for two
+`hai serve` processes, each with its own connections and origin."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+import pytest
+from fastapi.testclient import TestClient
+
+from hai_airflow.server.app import create_app
+from hai_airflow.server.channel import Listener
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.store import Store
+from hai_airflow.server.tables import JobRow
+from tests.server.conftest import make_config
+from tests.server.test_submission import _row
+from tests.support import postgres
+
+WAIT = 10.0
+
+
+@pytest.fixture
+def stores(pg_database: str) -> Iterator[tuple[Store, Store]]:
+    postgres.reset_database(pg_database)
+    first, second = Store(pg_database), Store(pg_database)
+    first.migrate()
+    yield first, second
+    first.dispose()
+    second.dispose()
+
+
+class Heard:
+    """Counts `on_change` calls and lets a test wait for the next one."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._cond = threading.Condition()
+
+    def __call__(self) -> None:
+        with self._cond:
+            self.count += 1
+            self._cond.notify_all()
+
+    def reaches(self, count: int, timeout: float = WAIT) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.count >= count, timeout)
+
+
+@contextmanager
+def listening(store: Store, heard: Heard) -> Iterator[Listener]:
+    listener = store.listener(heard)
+    assert listener is not None
+    listener.start()
+    try:
+        assert heard.reaches(1), "a listener calls back once it listens (for what it missed)"
+        yield listener
+    finally:
+        listener.stop()
+
+
+def submit(store: Store, user: str = "alice") -> int:
+    with store.write() as s:
+        job = _row("PENDING", False, False, (user, "vision"), 1)
+        s.add(job)
+        s.flush()
+        return job.id
+
+
+def sent_by(store: Store, count: int) -> bool:
+    assert store.announcer is not None
+    deadline = time.monotonic() + WAIT
+    while store.announcer.sent < count:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_commit_in_one_process_wakes_the_others_and_not_itself(stores: tuple[Store, Store]) -> None:
+    api, controller = stores
+    heard = Heard()
+    with listening(controller, heard):
+        # The controller's own commit goes out on the channel (for the others) and is skipped here.
+        submit(controller)
+        assert sent_by(controller, 1)
+        submit(api)
+        assert heard.reaches(2), "the other process's commit was not heard"
+        assert sent_by(api, 1)
+        time.sleep(0.3)
+        assert heard.count == 2, "the listener heard its own store's commit"
+
+
+def test_a_read_or_a_rolled_back_write_announces_nothing(stores: tuple[Store, Store]) -> None:
+    api, _ = stores
+    assert api.announcer is not None
+    with api.read() as s:
+        s.query(JobRow).count()
+    with pytest.raises(RuntimeError), api.write() as s:
+        s.add(_row("PENDING", False, False, ("alice", "vision"), 1))
+        s.flush()
+        raise RuntimeError("the submit fails after its insert")
+    submit(api)
+    assert sent_by(api, 1)
+    time.sleep(0.3)
+    assert api.announcer.sent == 1
+
+
+def test_a_burst_of_commits_goes_out_as_a_few_notifications(stores: tuple[Store, Store]) -> None:
+    api, controller = stores
+    heard = Heard()
+    with listening(controller, heard):
+        for _ in range(50):
+            submit(api)
+        assert heard.reaches(2)
+        api.dispose()  # sends what is still due
+        assert api.announcer is not None
+        assert 1 <= api.announcer.sent < 50
+        assert heard.reaches(1 + api.announcer.sent)
+
+
+def test_a_listener_whose_connection_dies_listens_again_and_calls_back(
+    stores: tuple[Store, Store], pg_database: str
+) -> None:
+    api, controller = stores
+    heard = Heard()
+    with listening(controller, heard) as listener:
+        name = pg_database.rsplit("/", 1)[1]
+        with psycopg.connect(postgres.url_of(name).replace("+psycopg", ""), autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = 'hai-listener' AND datname = %s",
+                (name,),
+            ).fetchone()
+        assert killed is not None and killed[0] == 1
+        # Announcements sent meanwhile are lost; the reconnect itself calls back for them.
+        assert heard.reaches(2)
+        assert listener.connects == 2
+        submit(api)
+        assert heard.reaches(3)
+
+
+def test_a_sqlite_store_has_no_channel(tmp_path: Path) -> None:
+    store = Store(f"sqlite:///{tmp_path / 'hai.db'}")
+    assert store.announcer is None
+    assert store.listener(lambda: None) is None
+    store.dispose()
+
+
+def test_the_api_of_another_server_wakes_this_server(
+    stores: tuple[Store, Store], tmp_path: Path
+) -> None:
+    api, controller = stores
+    ctx = ServerContext(store=controller, config=make_config(tmp_path), home=tmp_path)
+    with TestClient(create_app(ctx)):  # the app listens while it is up
+        deadline = time.monotonic() + WAIT
+        while not ctx.wakeup.wait(0.05):  # the wake-up of the listener's first connect
+            assert time.monotonic() < deadline
+        ctx.wakeup.wait(0.3)  # and nothing else meanwhile
+        submit(api)
+        assert ctx.wakeup.wait(WAIT), "a submit through another server did not wake this controller"
