@@ -161,7 +161,9 @@ class Store:
     def listener(self, on_change: Callable[[], None]) -> Listener | None:
         """Calls `on_change` when another process commits changes to this database (not started);
         None on SQLite, which has no channel."""
-        return None if self.is_sqlite else Listener(self.url, self.origin, on_change)
+        if self.announcer is None:
+            return None
+        return Listener(self.url, self.origin, on_change, self.announcer.heard_other)
 
     def dispose(self) -> None:
         if self.announcer is not None:

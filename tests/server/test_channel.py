@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from hai_airflow.server.app import create_app
-from hai_airflow.server.channel import Listener
+from hai_airflow.server.channel import Listener, listener_name
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.store import Store
 from hai_airflow.server.tables import JobRow
@@ -72,10 +72,12 @@ def submit(store: Store, user: str = "alice") -> int:
         return job.id
 
 
-def sent_by(store: Store, count: int) -> bool:
-    assert store.announcer is not None
+def settled(store: Store, sent: int, quiet: int = 0) -> bool:
+    """True once the store's announcer has sent `sent` notifications and skipped `quiet`."""
+    announcer = store.announcer
+    assert announcer is not None
     deadline = time.monotonic() + WAIT
-    while store.announcer.sent < count:
+    while (announcer.sent, announcer.quiet) < (sent, quiet):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.01)
@@ -84,31 +86,47 @@ def sent_by(store: Store, count: int) -> bool:
 
 def test_a_commit_in_one_process_wakes_the_others_and_not_itself(stores: tuple[Store, Store]) -> None:
     api, controller = stores
-    heard = Heard()
-    with listening(controller, heard):
-        # The controller's own commit goes out on the channel (for the others) and is skipped here.
+    heard_api, heard_controller = Heard(), Heard()
+    with listening(api, heard_api), listening(controller, heard_controller):
+        assert heard_api.reaches(2), "the API's process did not hear the controller's listener say hello"
         submit(controller)
-        assert sent_by(controller, 1)
+        assert heard_api.reaches(3), "the controller's commit was not heard by the API's process"
         submit(api)
-        assert heard.reaches(2), "the other process's commit was not heard"
-        assert sent_by(api, 1)
+        assert heard_controller.reaches(2), "the API's commit was not heard by the controller's process"
+        assert settled(api, 1) and settled(controller, 1)
         time.sleep(0.3)
-        assert heard.count == 2, "the listener heard its own store's commit"
+        # Each heard the other's announcement, and not its own.
+        assert (heard_api.count, heard_controller.count) == (3, 2)
+
+
+def test_a_lone_server_announces_nothing_until_another_says_hello(stores: tuple[Store, Store]) -> None:
+    api, controller = stores
+    heard = Heard()
+    with listening(api, heard):  # its own listener is not another process
+        submit(api)
+        assert settled(api, sent=0, quiet=1)
+        heard_controller = Heard()
+        with listening(controller, heard_controller):
+            assert heard.reaches(2)  # the hello: the API's announcer knows at once, not in 5 s
+            submit(api)
+            assert settled(api, sent=1, quiet=1)
+            assert heard_controller.reaches(2)
 
 
 def test_a_read_or_a_rolled_back_write_announces_nothing(stores: tuple[Store, Store]) -> None:
-    api, _ = stores
+    api, controller = stores
     assert api.announcer is not None
-    with api.read() as s:
-        s.query(JobRow).count()
-    with pytest.raises(RuntimeError), api.write() as s:
-        s.add(_row("PENDING", False, False, ("alice", "vision"), 1))
-        s.flush()
-        raise RuntimeError("the submit fails after its insert")
-    submit(api)
-    assert sent_by(api, 1)
-    time.sleep(0.3)
-    assert api.announcer.sent == 1
+    with listening(controller, Heard()):
+        with api.read() as s:
+            s.query(JobRow).count()
+        with pytest.raises(RuntimeError), api.write() as s:
+            s.add(_row("PENDING", False, False, ("alice", "vision"), 1))
+            s.flush()
+            raise RuntimeError("the submit fails after its insert")
+        submit(api)
+        assert settled(api, 1)
+        time.sleep(0.3)
+        assert (api.announcer.sent, api.announcer.quiet) == (1, 0)
 
 
 def test_a_burst_of_commits_goes_out_as_a_few_notifications(stores: tuple[Store, Store]) -> None:
@@ -134,8 +152,8 @@ def test_a_listener_whose_connection_dies_listens_again_and_calls_back(
         with psycopg.connect(postgres.url_of(name).replace("+psycopg", ""), autocommit=True) as admin:
             killed = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = 'hai-listener' AND datname = %s",
-                (name,),
+                "WHERE application_name = %s AND datname = %s",
+                (listener_name(controller.origin), name),
             ).fetchone()
         assert killed is not None and killed[0] == 1
         # Announcements sent meanwhile are lost; the reconnect itself calls back for them.
@@ -152,9 +170,7 @@ def test_a_sqlite_store_has_no_channel(tmp_path: Path) -> None:
     store.dispose()
 
 
-def test_the_api_of_another_server_wakes_this_server(
-    stores: tuple[Store, Store], tmp_path: Path
-) -> None:
+def test_the_api_of_another_server_wakes_this_server(stores: tuple[Store, Store], tmp_path: Path) -> None:
     api, controller = stores
     ctx = ServerContext(store=controller, config=make_config(tmp_path), home=tmp_path)
     with TestClient(create_app(ctx)):  # the app listens while it is up
