@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import psycopg
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
@@ -161,6 +160,9 @@ class Listener:
             self._thread = None
 
     def _run(self) -> None:
+        # Here, not at the top: a server on SQLite never loads the PostgreSQL driver (~8 MB).
+        import psycopg
+
         while not self._stopping.is_set():
             try:
                 self._listen()
@@ -169,6 +171,8 @@ class Listener:
             self._stopping.wait(RECONNECT_SECONDS)
 
     def _listen(self) -> None:
+        import psycopg
+
         name = listener_name(self.origin)
         with psycopg.connect(self.conninfo, autocommit=True, application_name=name) as conn:
             conn.execute(f"LISTEN {CHANNEL}")
