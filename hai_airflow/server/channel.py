@@ -14,8 +14,8 @@ one per `WINDOW_SECONDS`, so a stream of commits costs a few notifications a sec
 a lone server pays nothing. A `Listener` holds one connection, named after its store's origin, that
 LISTENs, says hello on the channel (so the others know at once that it listens) and calls back on
 every notification from another origin, and once after each (re)connect, for what it may have
-missed meanwhile. SQLite has no
-such channel: servers sharing a SQLite file wake each other by their ticks.
+missed meanwhile. SQLite has no such channel: servers sharing a SQLite file wake each other by their
+ticks.
 """
 
 from __future__ import annotations
