@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -12,13 +13,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import hai_airflow
 from hai_airflow.dashboard.standalone import create_standalone_dashboard
-from hai_airflow.server import lease
+from hai_airflow.server import lease, submission
 from hai_airflow.server.boundary import BodySizeLimit
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.errors import ERROR_RESPONSES, install_handlers, json_refusals
+from hai_airflow.server.intake import Intake
 from hai_airflow.server.metrics import RequestTimer, require_scraper
 from hai_airflow.server.routes import router
+from hai_airflow.server.submission import Submissions
 
 
 def create_app(ctx: ServerContext, controller: Controller | None = None) -> FastAPI:
@@ -37,6 +40,7 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
         finally:
             if controller is not None:
                 controller.stop()
+            submissions.stop()
             if listener is not None:
                 listener.stop()
 
@@ -49,6 +53,8 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
         lifespan=lifespan,
     )
     app.state.ctx = ctx
+    submissions: Submissions = Intake(partial(submission.submit_all, ctx), "hai-submissions")
+    app.state.submissions = submissions
     install_handlers(app)
     app.add_middleware(RequestTimer, observe=ctx.metrics.observe_request)
     # Outermost of ours: an oversized body is refused before anything else reads it.

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, insert, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import ColumnElement, delete, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling.model import Quota
@@ -17,6 +20,7 @@ from hai_airflow.server import changes
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
+from hai_airflow.server.intake import Intake
 from hai_airflow.server.paths import check_spec_paths, check_storage_owners
 from hai_airflow.server.tables import Base, EventRow, GroupRow, InstanceRow, JobRow, UserRow
 from hai_airflow.server.views import job_view
@@ -35,8 +39,13 @@ from hai_airflow.spec import (
 # Core statements on the tables, built once: a submit is two INSERTs with their parameters, without
 # the ORM's unit of work or a statement to build and cache-key per request.
 _JOBS, _EVENTS = (Base.metadata.tables[row.__tablename__] for row in (JobRow, EventRow))
-_INSERT_JOB = insert(_JOBS).returning(_JOBS.c.id)
+_INSERT_JOB = {
+    # A known (user, client_key) inserts nothing and returns no id: no error to recover from.
+    "postgresql": postgresql.insert(_JOBS).on_conflict_do_nothing().returning(_JOBS.c.id),
+    "sqlite": sqlite.insert(_JOBS).on_conflict_do_nothing().returning(_JOBS.c.id),
+}
 _INSERT_EVENT = insert(_EVENTS)
+log = logging.getLogger("hai.server.submission")
 QUOTA_FIX = "Submit with --max-schedule 0 for low priority, or ask your group admin to raise your quota"
 
 
@@ -184,17 +193,34 @@ def _existing(session: Session, caller: Caller, key: str) -> JobRow | None:
     return session.scalar(select(JobRow).where(JobRow.user_name == caller.name, JobRow.client_key == key))
 
 
-def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[JobView, bool]:
-    """Store the job as PENDING in one short write; returns (its view, created).
+@dataclass(frozen=True)
+class Submit:
+    """One `POST /jobs`: who asks, and what."""
 
-    The same client_key returns the same job: the insert itself finds a known key (the store's unique
-    key per user), so a new job costs no lookup. It is inserted before the quota check so that a
-    retried submit gets its job back even when the quota is full by now; a refusal rolls it back.
-    """
-    spec = request.spec
+    caller: Caller
+    request: SubmitRequest
+
+
+Outcome = tuple[JobView, bool] | BaseException
+"""A submit's answer, (its job's view, created), or the refusal or error its request raises."""
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A submit that passed the checks that need no transaction: the job's row and event, ready."""
+
+    submit: Submit
+    values: dict[str, Any]
+    event: dict[str, Any]
+    high: bool
+    gpus: int
+
+
+def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
+    """What a submit refers to and resolves to, checked before any transaction (422 when wrong)."""
+    caller, spec = submit.caller, submit.request.spec
     check_references(ctx, caller, spec)
     res = resolve_resources(ctx, spec)
-    now = time.time()
     values = dict(
         task_name=spec.task_name,
         mode=spec.mode,
@@ -203,7 +229,7 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
         state="PENDING",
         max_schedule=spec.max_schedule,
         spec=json.dumps(spec.model_dump(mode="json")),
-        client_key=request.client_key,
+        client_key=submit.request.client_key,
         submitted_via=caller.via,
         model_id=spec.model_id,
         project_id=spec.project_id,
@@ -222,33 +248,86 @@ def submit(ctx: ServerContext, caller: Caller, request: SubmitRequest) -> tuple[
         cancel_requested=False,
         reason="waiting for the scheduler",
     )
-    priority = priority_class(spec.max_schedule)
     what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
     by = f", submitted by {caller.actor}" if caller.via else ""
+    event = {
+        "at": now,
+        "kind": "submitted",
+        "from_state": None,
+        "to_state": "PENDING",
+        "reason": f"{spec.mode} job, {what}, {priority_class(spec.max_schedule)} priority{by}",
+        "actor": caller.name,
+    }
+    return _Checked(submit, values, event, is_high(spec.max_schedule), res.gpus)
+
+
+def _store(ctx: ServerContext, s: Session, checked: _Checked) -> Outcome:
+    """Insert one checked submit in the open transaction `s`, or find its job by client_key.
+
+    The insert itself finds a known key (the store's unique key per user), so a new job costs no
+    lookup. It comes before the quota check so that a retried submit gets its job back even when the
+    quota is full by now; a refusal deletes the row again and is this submit's outcome alone.
+    """
+    caller, key = checked.submit.caller, checked.submit.request.client_key
+    job_id = s.execute(_INSERT_JOB[ctx.store.dialect], checked.values).scalar()
+    if job_id is None:  # the caller's key names a job already
+        known = _existing(s, caller, key) if key is not None else None
+        if known is None:
+            raise RuntimeError(f"job with client_key {key!r} was neither inserted nor found")
+        current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
+        return job_view(known, current, time.time()), False
+    if checked.high:
+        try:
+            check_quota(ctx, s, caller.name, caller.group, checked.gpus, exclude_job=job_id)
+        except ApiError as refusal:
+            s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
+            return refusal
+    s.execute(_INSERT_EVENT, {"job_id": job_id, **checked.event})
+    changes.job_changed(s, job_id)
+    return job_view(JobRow(id=job_id, **checked.values), None, checked.values["submitted_at"]), True
+
+
+def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
+    """The checked submits in one transaction. When it fails for something one submit may have caused,
+    each is stored again in its own, so that error is that submit's alone; an unusable database
+    (`OperationalError`: locked, unreachable) fails them all at once instead of once per submit."""
     try:
         with ctx.store.write() as s:
-            job_id = s.execute(_INSERT_JOB, values).scalar_one()
-            if is_high(spec.max_schedule):
-                check_quota(ctx, s, caller.name, caller.group, res.gpus, exclude_job=job_id)
-            event = {
-                "job_id": job_id,
-                "at": now,
-                "kind": "submitted",
-                "from_state": None,
-                "to_state": "PENDING",
-                "reason": f"{spec.mode} job, {what}, {priority} priority{by}",
-                "actor": caller.name,
-            }
-            s.execute(_INSERT_EVENT, event)
-            changes.job_changed(s, job_id)
-    except IntegrityError:
-        # The caller's key names a job already (or another request with it committed first).
-        if request.client_key is None:
-            raise
-        with ctx.store.read() as s:
-            if (known := _existing(s, caller, request.client_key)) is None:
-                raise
-            current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
-            return job_view(known, current, time.time()), False
-    ctx.wakeup.set()
-    return job_view(JobRow(id=job_id, **values), None, now), True
+            return [_store(ctx, s, c) for c in checked]
+    except OperationalError as e:
+        return [e] * len(checked)
+    except Exception as e:
+        if len(checked) == 1:
+            return [e]
+        log.warning("a batch of %d submits failed (%s); storing each alone", len(checked), e)
+    outcomes: list[Outcome] = []
+    for c in checked:
+        outcomes += _store_all(ctx, [c])
+    return outcomes
+
+
+Submissions = Intake[Submit, tuple[JobView, bool]]
+"""The API's submits, stored by `submit_all` in batches (`create_app` makes one per app)."""
+
+
+def submit_all(ctx: ServerContext, submits: list[Submit]) -> list[Outcome]:
+    """Store each submit's job as PENDING, all in one short write (group commit); one outcome each.
+
+    A refusal (an unknown package, a path outside the roots, a full quota) is that submit's outcome
+    and never fails the others. Run by the API's intake (`intake.Intake`), one batch at a time.
+    """
+    now = time.time()
+    outcomes: list[Outcome | None] = [None] * len(submits)
+    checked: list[tuple[int, _Checked]] = []
+    for i, submit in enumerate(submits):
+        try:
+            checked.append((i, _check(ctx, submit, now)))
+        except ApiError as refusal:
+            outcomes[i] = refusal
+    if checked:
+        stored = _store_all(ctx, [c for _, c in checked])
+        for (i, _), outcome in zip(checked, stored, strict=True):
+            outcomes[i] = outcome
+        if any(isinstance(o, tuple) and o[1] for o in stored):
+            ctx.wakeup.set()
+    return [o if o is not None else RuntimeError("submit left without an outcome") for o in outcomes]

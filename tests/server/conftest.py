@@ -180,6 +180,7 @@ def api_factory(db_url: str, tmp_path: Path) -> Iterator[Callable[..., Api]]:
             with contextlib.suppress(Exception):
                 api.controller.stop()
         kill_live_instances(api.ctx.store)
+        api.http.app.state.submissions.stop()  # the lifespan that would stop it never ran
         api.http.close()
         api.ctx.store.dispose()
         reap_strays(api.ctx.home)

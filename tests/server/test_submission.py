@@ -4,17 +4,21 @@ scheduling rule `high_gpus` counts, and a known client_key is found by the inser
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
+from sqlalchemy import event, select
 
 from hai_airflow.scheduling.quota import high_gpus, judge
 from hai_airflow.server import submission
+from hai_airflow.server.auth import Caller
 from hai_airflow.server.config import parse_config
+from hai_airflow.server.errors import ApiError
 from hai_airflow.server.provision import apply_config
 from hai_airflow.server.snapshot import planner_job, quota_of
 from hai_airflow.server.store import Store
-from hai_airflow.server.tables import JobRow
-from hai_airflow.spec import TERMINAL_STATES
+from hai_airflow.server.tables import ChangeRow, EventRow, JobRow
+from hai_airflow.spec import TERMINAL_STATES, StandaloneJobSpec, SubmitRequest
 from tests.server.conftest import Api
 from tests.server.test_api import error_of, job_count
 from tests.support.live_server import TEST_CONFIG
@@ -113,3 +117,65 @@ def test_the_answer_to_a_submit_is_the_stored_job(api: Api) -> None:
     submitted = api.submit(client_key="k-1", max_schedule=4)
     shown = api.get(f"/jobs/{submitted['id']}", "alice").json()
     assert {k: shown[k] for k in submitted} == submitted
+
+
+ALICE = Caller(name="alice", group="vision", role="user", admin_of=frozenset())
+
+
+def _submit(api: Api, key: str | None = None, **spec: Any) -> submission.Submit:
+    fields = {"task_name": "t", "code_path": str(api.code), "cmd": "true", "resource_pkg": 454} | spec
+    return submission.Submit(ALICE, SubmitRequest(spec=StandaloneJobSpec(**fields), client_key=key))
+
+
+def _commits(store: Store) -> list[int]:
+    counted = [0]
+
+    def count(_conn: Any) -> None:
+        counted[0] += 1
+
+    event.listen(store.engine, "commit", count)
+    return counted
+
+
+def test_submits_stored_together_share_one_commit_and_each_gets_its_own_answer(api: Api) -> None:
+    commits = _commits(api.ctx.store)
+    batch = [
+        _submit(api, "a"),
+        _submit(api, resource_pkg=999),  # no such package
+        _submit(api, "b", resource_pkg=457, max_schedule=4),  # 8 GPUs at high priority: alice's quota
+        _submit(api, "c", max_schedule=4),  # one more is over it
+        _submit(api, "a"),  # the first one's key again, in the same batch
+        _submit(api),
+    ]
+    a, unknown, b, over, again, plain = submission.submit_all(api.ctx, batch)
+    assert commits == [1]
+    assert isinstance(a, tuple) and isinstance(b, tuple) and isinstance(plain, tuple)
+    assert a[1] and b[1] and plain[1]
+    assert isinstance(again, tuple) and again == (again[0], False) and again[0].id == a[0].id
+    assert isinstance(unknown, ApiError) and (unknown.status, unknown.field) == (422, "spec.resource_pkg")
+    assert isinstance(over, ApiError) and (over.status, over.field) == (409, "max_schedule")
+    stored = {a[0].id, b[0].id, plain[0].id}
+    with api.ctx.store.read() as s:
+        # The refused submit's row is gone again; each stored job has its one event and change row.
+        assert set(s.scalars(select(JobRow.id))) == stored
+        assert sorted(s.scalars(select(EventRow.job_id).where(EventRow.kind == "submitted"))) == sorted(
+            stored
+        )
+        assert set(s.scalars(select(ChangeRow.job_id).where(ChangeRow.kind == "job"))) == stored
+        assert s.scalars(select(JobRow.client_key).where(JobRow.id == b[0].id)).one() == "b"
+
+
+def test_a_submit_the_database_refuses_fails_alone_and_the_rest_of_its_batch_is_stored(api: Api) -> None:
+    bad = _submit(api, "bad")
+    # A value the checks would refuse (ids are bounded), so the database's own error is what is met.
+    spec = bad.request.spec.model_copy(update={"model_id": 2**70})
+    bad = submission.Submit(ALICE, SubmitRequest.model_construct(spec=spec, client_key="bad"))
+    first, failed, last = submission.submit_all(api.ctx, [_submit(api, "x"), bad, _submit(api, "y")])
+    assert isinstance(failed, Exception) and not isinstance(failed, ApiError)
+    assert isinstance(first, tuple) and isinstance(last, tuple) and first[1] and last[1]
+    with api.ctx.store.read() as s:
+        assert sorted(s.scalars(select(JobRow.client_key))) == ["x", "y"]
+        assert set(s.scalars(select(ChangeRow.job_id).where(ChangeRow.kind == "job"))) == {
+            first[0].id,
+            last[0].id,
+        }

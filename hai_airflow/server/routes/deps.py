@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from hai_airflow.server.auth import Caller, authenticate
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError, not_found
+from hai_airflow.server.submission import Submissions
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
 from hai_airflow.server.views import job_view
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
@@ -27,6 +28,14 @@ async def _ctx(request: Request) -> ServerContext:
 
 
 CtxDep = Annotated[ServerContext, Depends(_ctx)]
+
+
+async def _submissions(request: Request) -> Submissions:
+    submissions: Submissions = request.app.state.submissions
+    return submissions
+
+
+SubmissionsDep = Annotated[Submissions, Depends(_submissions)]
 CallerDep = Annotated[Caller, Depends(authenticate)]
 
 

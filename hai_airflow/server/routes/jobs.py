@@ -18,6 +18,7 @@ from hai_airflow.server.routes.deps import (
     JOB_STATES,
     CallerDep,
     CtxDep,
+    SubmissionsDep,
     add_event,
     current_instance,
     require_group_admin,
@@ -69,13 +70,14 @@ def _states(state: str | None) -> list[str] | None:
 
 
 @router.post("/jobs", status_code=201, responses={200: {"description": "An existing job (same client_key)"}})
-def submit_job(
+async def submit_job(
     body: Annotated[SubmitRequest, strict_body(SubmitRequest)],
     response: Response,
-    ctx: CtxDep,
+    submissions: SubmissionsDep,
     caller: CallerDep,
 ) -> JobView:
-    view, created = submission.submit(ctx, caller, body)
+    # Awaited on the event loop: the intake stores it with the other submits waiting (group commit).
+    view, created = await submissions.put(submission.Submit(caller, body))
     if not created:
         response.status_code = 200
     return view
