@@ -138,8 +138,12 @@ def _commits(store: Store) -> list[int]:
 
 
 def test_submits_stored_together_share_one_commit_and_each_gets_its_own_answer(api: Api) -> None:
+    (first,) = submission.submit_all(api.ctx, [_submit(api, "old")])
+    assert isinstance(first, tuple)
+    old = first[0]
     commits = _commits(api.ctx.store)
     batch = [
+        _submit(api, "old"),  # a key stored before: that job is the answer
         _submit(api, "a"),
         _submit(api, resource_pkg=999),  # no such package
         _submit(api, "b", resource_pkg=457, max_schedule=4),  # 8 GPUs at high priority: alice's quota
@@ -147,14 +151,15 @@ def test_submits_stored_together_share_one_commit_and_each_gets_its_own_answer(a
         _submit(api, "a"),  # the first one's key again, in the same batch
         _submit(api),
     ]
-    a, unknown, b, over, again, plain = submission.submit_all(api.ctx, batch)
+    retried, a, unknown, b, over, again, plain = submission.submit_all(api.ctx, batch)
     assert commits == [1]
+    assert isinstance(retried, tuple) and retried[0].id == old.id and not retried[1]
     assert isinstance(a, tuple) and isinstance(b, tuple) and isinstance(plain, tuple)
     assert a[1] and b[1] and plain[1]
     assert isinstance(again, tuple) and again == (again[0], False) and again[0].id == a[0].id
     assert isinstance(unknown, ApiError) and (unknown.status, unknown.field) == (422, "spec.resource_pkg")
     assert isinstance(over, ApiError) and (over.status, over.field) == (409, "max_schedule")
-    stored = {a[0].id, b[0].id, plain[0].id}
+    stored = {old.id, a[0].id, b[0].id, plain[0].id}
     with api.ctx.store.read() as s:
         # The refused submit's row is gone again; each stored job has its one event and change row.
         assert set(s.scalars(select(JobRow.id))) == stored
