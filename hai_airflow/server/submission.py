@@ -300,10 +300,7 @@ def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
         if len(checked) == 1:
             return [e]
         log.warning("a batch of %d submits failed (%s); storing each alone", len(checked), e)
-    outcomes: list[Outcome] = []
-    for c in checked:
-        outcomes += _store_all(ctx, [c])
-    return outcomes
+    return [outcome for c in checked for outcome in _store_all(ctx, [c])]
 
 
 Submissions = Intake[Submit, tuple[JobView, bool]]
@@ -317,17 +314,15 @@ def submit_all(ctx: ServerContext, submits: list[Submit]) -> list[Outcome]:
     and never fails the others. Run by the API's intake (`intake.Intake`), one batch at a time.
     """
     now = time.time()
-    outcomes: list[Outcome | None] = [None] * len(submits)
-    checked: list[tuple[int, _Checked]] = []
+    refused: dict[int, Outcome] = {}
+    checked: dict[int, _Checked] = {}
     for i, submit in enumerate(submits):
         try:
-            checked.append((i, _check(ctx, submit, now)))
+            checked[i] = _check(ctx, submit, now)
         except ApiError as refusal:
-            outcomes[i] = refusal
-    if checked:
-        stored = _store_all(ctx, [c for _, c in checked])
-        for (i, _), outcome in zip(checked, stored, strict=True):
-            outcomes[i] = outcome
-        if any(isinstance(o, tuple) and o[1] for o in stored):
-            ctx.wakeup.set()
-    return [o if o is not None else RuntimeError("submit left without an outcome") for o in outcomes]
+            refused[i] = refusal
+    stored = dict(zip(checked, _store_all(ctx, list(checked.values())), strict=True)) if checked else {}
+    if any(isinstance(o, tuple) and o[1] for o in stored.values()):
+        ctx.wakeup.set()
+    outcomes = refused | stored
+    return [outcomes[i] for i in range(len(submits))]

@@ -32,20 +32,21 @@ async def _gather(box: Intake[int, int], items: range) -> list[object]:
     return await asyncio.gather(*(box.put(i) for i in items), return_exceptions=True)
 
 
+async def _behind_a_busy_batch(box: Intake[int, int], handler: Recorder, rest: range) -> list[object]:
+    """Put 0, and `rest` while the handler is still busy with the batch of 0 alone; all outcomes."""
+    first = asyncio.ensure_future(box.put(0))
+    while not handler.entered.is_set():
+        await asyncio.sleep(0.001)
+    others = asyncio.ensure_future(_gather(box, rest))
+    await asyncio.sleep(0.05)  # they queue up behind it
+    handler.release.set()
+    return [await first, *await others]
+
+
 def test_items_queued_during_a_batch_share_the_next_one_and_each_gets_its_outcome() -> None:
     handler = Recorder()
     box: Intake[int, int] = Intake(handler, "test-intake")
-
-    async def scenario() -> list[object]:
-        first = asyncio.ensure_future(box.put(0))
-        while not handler.entered.is_set():  # the first batch is being handled, with item 0 alone
-            await asyncio.sleep(0.001)
-        rest = asyncio.ensure_future(_gather(box, range(1, 9)))
-        await asyncio.sleep(0.05)  # the eight queue up behind it
-        handler.release.set()
-        return [await first, *await rest]
-
-    outcomes = asyncio.run(scenario())
+    outcomes = asyncio.run(_behind_a_busy_batch(box, handler, range(1, 9)))
     box.stop()
     assert handler.batches == [[0], list(range(1, 9))]
     assert [o if isinstance(o, int) else str(o) for o in outcomes] == [
@@ -57,17 +58,7 @@ def test_a_batch_is_never_larger_than_the_limit(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(intake, "BATCH_LIMIT", 3)
     handler = Recorder()
     box: Intake[int, int] = Intake(handler, "test-intake")
-
-    async def scenario() -> list[object]:
-        first = asyncio.ensure_future(box.put(0))
-        while not handler.entered.is_set():
-            await asyncio.sleep(0.001)
-        rest = asyncio.ensure_future(_gather(box, range(2, 16, 2)))
-        await asyncio.sleep(0.05)
-        handler.release.set()
-        return [await first, *await rest]
-
-    assert asyncio.run(scenario()) == list(range(0, 160, 20))
+    assert asyncio.run(_behind_a_busy_batch(box, handler, range(2, 16, 2))) == list(range(0, 160, 20))
     box.stop()
     assert [len(b) for b in handler.batches] == [1, 3, 3, 1]
 
