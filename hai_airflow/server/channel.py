@@ -112,9 +112,13 @@ class Announcer:
             self._closed.wait(WINDOW_SECONDS)
 
     def _send(self) -> None:
+        look = time.monotonic() - self._looked_at >= OTHERS_SECONDS
+        if not look and not self._others:
+            self.quiet += 1  # known alone: not even a connection from the pool
+            return
         try:
             with self.engine.connect() as conn:
-                if time.monotonic() - self._looked_at >= OTHERS_SECONDS:
+                if look:
                     mine = listener_name(self.origin)
                     found = conn.execute(_OTHERS, {"listeners": f"{LISTENER_NAME} %", "mine": mine}).scalar()
                     self._others, self._looked_at = bool(found), time.monotonic()

@@ -12,6 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
 from hai_airflow.server.app import create_app
 from hai_airflow.server.channel import Listener, listener_name
@@ -111,6 +112,21 @@ def test_a_lone_server_announces_nothing_until_another_says_hello(stores: tuple[
             submit(api)
             assert settled(api, sent=1, quiet=1)
             assert heard_controller.reaches(2)
+
+
+def test_a_lone_server_looks_for_listeners_once_in_a_while_not_at_every_commit(
+    stores: tuple[Store, Store],
+) -> None:
+    api, _ = stores
+    takers: list[str] = []
+    event.listen(api.engine, "checkout", lambda *_: takers.append(threading.current_thread().name))
+    for n in range(1, 6):
+        submit(api)
+        assert settled(api, sent=0, quiet=n)
+    # The first announcement looked whether another process listens; the next four, within
+    # OTHERS_SECONDS of that look, took no connection at all.
+    assert takers.count("hai-announcer") == 1
+    assert takers.count(threading.current_thread().name) == 5
 
 
 def test_a_read_or_a_rolled_back_write_announces_nothing(stores: tuple[Store, Store]) -> None:
