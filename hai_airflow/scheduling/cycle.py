@@ -82,7 +82,7 @@ class Cycle:
     decisions: list[Decision] = field(default_factory=list)
     waited: int = 0
     cannot_fit: Hopeless = field(default_factory=Hopeless)
-    """Shapes that found no placement on the shared free capacity this cycle (see `place`)."""
+    """Shapes that found no placement on the shared free capacity at its current version (see `place`)."""
     last_wait: dict[tuple[Shape, bool], WaitSeen] = field(default_factory=dict)
     """(shape, high) -> the last plain wait of a job of that shape and class (see `decide`)."""
     rejections: dict[Shape, str | None] = field(default_factory=dict)
@@ -190,13 +190,10 @@ class Cycle:
         return known[shape]
 
     def place(self, shape: Shape) -> Placement | None:
-        """Place on shared free capacity, unless the shape (or one it dominates) already failed this cycle.
-
-        Memo: the shared free capacity never grows during a cycle, except when a job with a
-        reservation is admitted and the reserved GPUs it does not use join it (`place_reserved`);
-        a shape that failed before that may then wait one cycle more than it had to.
-        """
+        """Place on shared free capacity, unless the shape (or one it dominates) already failed on the
+        capacity as it is now (the same `version`)."""
         pools = self.cap.pools(shape)
+        self.cannot_fit = self.cannot_fit.at(self.cap.version)
         if self.cannot_fit.holds(shape, pools):
             return None
         placement = place(self.cap, shape)

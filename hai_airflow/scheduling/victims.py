@@ -57,14 +57,10 @@ class VictimCandidates:
     taken: set[int] = field(default_factory=set)
     """Already chosen this cycle (their GPUs go to another preemptor)."""
     cursor: dict[Shape, int] = field(default_factory=dict)
-    """Memo: per shape, the candidates before this index were found not to suffice alone this cycle.
-
-    Still so later in the cycle: free capacity only shrinks (but see `Cycle.place`: a job admitted
-    on its reservation can return GPUs), and a candidate's release never grows; taken candidates
-    are skipped anyway.
-    """
+    """Memo: per shape, the candidates before this index were found not to suffice alone on the
+    capacity at `hopeless.version` (taking a victim moves the capacity, so `taken` is as it was)."""
     hopeless: Hopeless = field(default_factory=Hopeless)
-    """Memo: shapes no victim or bounded victim set could make room for this cycle (same argument)."""
+    """Memo: shapes no victim or bounded victim set could make room for at `hopeless.version`."""
 
     @classmethod
     def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimCandidates:
@@ -76,6 +72,12 @@ class VictimCandidates:
                 by_pool.setdefault(pool, []).append(j)
         widest = {i: max((r.gpus for r in rs), default=0) for i, rs in releases.items()}
         return cls(by_pool, releases, widest)
+
+    def learnt_at(self, version: int) -> None:
+        """Keep the memos only if they were learnt at this version of the free capacity."""
+        if self.hopeless.version != version:
+            self.hopeless = Hopeless(version)
+            self.cursor.clear()
 
     def in_order(self, pools: tuple[str, ...]) -> list[Job]:
         """The candidates worth trying for these pools, in victim order."""
@@ -229,8 +231,10 @@ def find_victims(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, mem
     `memo` is off when the job brings its own reserved GPUs (capacity is then not the shared one).
     """
     pools = cap.pools(shape)
-    if memo and pool_of.hopeless.holds(shape, pools):
-        return []
+    if memo:
+        pool_of.learnt_at(cap.version)
+        if pool_of.hopeless.holds(shape, pools):
+            return []
     single = single_victim(cap, shape, pool_of, memo)
     if single is not None:
         return [single]

@@ -329,3 +329,21 @@ def test_snapshot_is_never_mutated(policy: str) -> None:
     first = plan(snap, T0)
     assert snap == before
     assert plan(snap, T0) == first
+
+
+def test_a_shape_that_failed_is_placed_later_in_the_cycle_once_unused_reserved_gpus_come_back() -> None:
+    # fifo: job 3 comes first and finds no room (n1's GPUs are set aside for job 7, n2 is full);
+    # job 7 starts on two of its four reserved GPUs and gives the other two back; job 4, of job 3's
+    # shape, then fits there. A memo of job 3's failure must not outlive the capacity it was found on.
+    snap = snapshot([node("n1", gpus=4), node("n2", gpus=4)], [
+        job(9).gpus(4).running_since(T0 - 10).on("n2"),
+        job(3).gpus(2).submitted(T0 - 300),
+        job(7).high().gpus(2).submitted(T0 - 200),
+        job(4).gpus(2).submitted(T0 - 100),
+    ], reservations=(Reservation(7, "n1", (0, 1, 2, 3)),), policy="fifo")
+    decisions = plan(snap, T0)
+    assert decisions[1:] == [
+        Admit(7, (wp("n1", 0, 1),), False, "starts on n1 GPUs 0-1 on its reserved GPUs"),
+        Admit(4, (wp("n1", 2, 3),), False, "starts on n1 GPUs 2-3"),
+    ]
+    assert isinstance(decisions[0], Wait) and decisions[0].job_id == 3
