@@ -62,6 +62,12 @@ class FreeCapacity:
     made: dict[int, NodeFree] = field(default_factory=dict)
     version: int = 0
     """Bumped on every change, so a figure derived from the capacity can be reused until it moves."""
+    grown: int = 0
+    """Bumped when free capacity grows for good: a `give` outside any trial, or a trial that gave
+    committed with its gains. Between two bumps free capacity only shrinks (takes, blocks, trials
+    undone or committed without gains), so what failed stays failed: memos that rest on that
+    (`Hopeless`, the victim search's) hold for one value of this. They are learnt outside trials
+    only: undoing one gives back what it took."""
     open_trial: Trial | None = None
     """The innermost trial in progress; every change is recorded in it."""
 
@@ -132,6 +138,10 @@ class FreeCapacity:
 
     def give(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
         """Return GPUs, CPU and memory to the node (what a suspended job or an unused reservation frees)."""
+        if self.open_trial is None:
+            self.grown += 1
+        else:
+            self.open_trial.gave = True
         self._changing(f)
         for g in gpus:
             insort(f.gpus, g)
@@ -235,6 +245,8 @@ class Trial:
     outer: Trial | None
     saved: dict[int, SavedNode] = field(default_factory=dict)
     """Node ordinal -> the node before this trial first changed it."""
+    gave: bool = False
+    """Something was given back during the trial: committing it grows free capacity."""
     closed: bool = False
 
     def __enter__(self) -> Trial:
@@ -255,6 +267,9 @@ class Trial:
         if self.outer is not None:
             for i, saved in self.saved.items():
                 self.outer.saved.setdefault(i, saved)
+            self.outer.gave = self.outer.gave or self.gave
+        elif self.gave:
+            self.cap.grown += 1
 
     def commit_without_gains(self) -> None:
         """Keep what was taken, not what was given: no node ends with more free than the trial found.
@@ -267,6 +282,7 @@ class Trial:
             f = saved.node
             cap.restrict(f, [g for g in f.gpus if g in saved.gpus], min(f.cpus, saved.cpus),
                          min(f.memory_gb, saved.memory_gb))
+        self.gave = False
         self.commit()
 
     def undo(self) -> None:

@@ -82,7 +82,7 @@ class Cycle:
     decisions: list[Decision] = field(default_factory=list)
     waited: int = 0
     cannot_fit: Hopeless = field(default_factory=Hopeless)
-    """Shapes that found no placement on the shared free capacity at its current version (see `place`)."""
+    """Shapes that found no placement on the shared free capacity since it last grew (see `place`)."""
     last_wait: dict[tuple[Shape, bool], WaitSeen] = field(default_factory=dict)
     """(shape, high) -> the last plain wait of a job of that shape and class (see `decide`)."""
     rejections: dict[Shape, str | None] = field(default_factory=dict)
@@ -190,10 +190,10 @@ class Cycle:
         return known[shape]
 
     def place(self, shape: Shape) -> Placement | None:
-        """Place on shared free capacity, unless the shape (or one it dominates) already failed on the
-        capacity as it is now (the same `version`)."""
+        """Place on shared free capacity, unless the shape (or one it dominates) already failed on it
+        since it last grew (`FreeCapacity.grown`): it has only shrunk since."""
         pools = self.cap.pools(shape)
-        self.cannot_fit = self.cannot_fit.at(self.cap.version)
+        self.cannot_fit = self.cannot_fit.at(self.cap.grown)
         if self.cannot_fit.holds(shape, pools):
             return None
         placement = place(self.cap, shape)

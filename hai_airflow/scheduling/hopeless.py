@@ -1,4 +1,4 @@
-"""A memo of shapes that cannot be satisfied at one version of the free capacity, with dominance:
+"""A memo of shapes that cannot be satisfied while free capacity only shrinks, with dominance:
 bigger asks fail too."""
 
 from __future__ import annotations
@@ -18,23 +18,23 @@ class Failure:
 
 @dataclass(slots=True)
 class Hopeless:
-    """Shapes known to fail on the free capacity as it was at one version.
+    """Shapes known to fail on the free capacity since it last grew (`FreeCapacity.grown`).
 
-    A failure stays a failure while the capacity is unchanged, and a shape asking for at least as
-    much in no more pools fails as well. Nothing else is assumed: when the capacity moves (a
-    placement, a suspension, an unused reservation given back), `at` starts afresh.
+    While free capacity only shrinks a failure stays a failure, and a shape asking for at least as
+    much in no more pools fails as well. When it grows (an unused reservation given back), `at`
+    starts afresh.
     """
 
-    version: int = 0
-    """The capacity's `version` the failures were found at."""
+    grown: int = 0
+    """The capacity's `grown` the failures were found at."""
     known: set[Shape] = field(default_factory=set)
     failures: list[Failure] = field(default_factory=list)
     cleared: dict[Shape, int] = field(default_factory=dict)
     """Shape -> how many failures it was last checked against without being dominated."""
 
-    def at(self, version: int) -> Hopeless:
-        """This memo if it was made at `version` of the capacity, else an empty one for it."""
-        return self if self.version == version else Hopeless(version)
+    def at(self, grown: int) -> Hopeless:
+        """This memo if it was learnt since the capacity last grew, else an empty one."""
+        return self if self.grown == grown else Hopeless(grown)
 
     def add(self, shape: Shape, pools: tuple[str, ...]) -> None:
         self.known.add(shape)

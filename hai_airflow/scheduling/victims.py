@@ -57,10 +57,11 @@ class VictimCandidates:
     taken: set[int] = field(default_factory=set)
     """Already chosen this cycle (their GPUs go to another preemptor)."""
     cursor: dict[Shape, int] = field(default_factory=dict)
-    """Memo: per shape, the candidates before this index were found not to suffice alone on the
-    capacity at `hopeless.version` (taking a victim moves the capacity, so `taken` is as it was)."""
+    """Memo: per shape, the candidates before this index were found not to suffice alone since free
+    capacity last grew (`hopeless.grown`). Still so: it has only shrunk since, a candidate's release
+    never grows, and taken candidates are skipped anyway."""
     hopeless: Hopeless = field(default_factory=Hopeless)
-    """Memo: shapes no victim or bounded victim set could make room for at `hopeless.version`."""
+    """Memo: shapes no victim or bounded victim set could make room for since free capacity last grew."""
 
     @classmethod
     def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimCandidates:
@@ -73,10 +74,10 @@ class VictimCandidates:
         widest = {i: max((r.gpus for r in rs), default=0) for i, rs in releases.items()}
         return cls(by_pool, releases, widest)
 
-    def learnt_at(self, version: int) -> None:
-        """Keep the memos only if they were learnt at this version of the free capacity."""
-        if self.hopeless.version != version:
-            self.hopeless = Hopeless(version)
+    def learnt_since(self, grown: int) -> None:
+        """Keep the memos only if free capacity has not grown since they were learnt."""
+        if self.hopeless.grown != grown:
+            self.hopeless = Hopeless(grown)
             self.cursor.clear()
 
     def in_order(self, pools: tuple[str, ...]) -> list[Job]:
@@ -232,7 +233,7 @@ def find_victims(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, mem
     """
     pools = cap.pools(shape)
     if memo:
-        pool_of.learnt_at(cap.version)
+        pool_of.learnt_since(cap.grown)
         if pool_of.hopeless.holds(shape, pools):
             return []
     single = single_victim(cap, shape, pool_of, memo)

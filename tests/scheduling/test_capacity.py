@@ -81,6 +81,30 @@ def test_commit_without_gains_keeps_the_takes_but_not_the_gives():
     assert (n2.gpus, n2.cpus, n2.memory_gb) == ([1, 2, 3], 15, 30)
 
 
+def test_grown_moves_only_when_free_capacity_grows_for_good():
+    cap = capacity()
+    n1, n2 = cap.named_node("n1"), cap.named_node("n2")
+    cap.take(n1, [0, 1], 0.1, 8)
+    cap.block(n2)
+    assert cap.grown == 0, "takes and blocks only shrink free capacity"
+    with cap.trial():
+        cap.give(n1, [0], 0, 0)
+    with cap.trial() as trial:
+        cap.give(n1, [0, 1], 0.1, 8)
+        cap.take(n1, [0], 0, 0)
+        trial.commit_without_gains()
+    assert cap.grown == 0, "a trial undone, or committed without its gains, leaves nothing grown"
+    with cap.trial() as outer:
+        with cap.trial() as inner:
+            cap.give(n1, [1], 0, 0)
+            inner.commit()
+        assert cap.grown == 0, "an outer trial may still undo what an inner one gave"
+        outer.commit()
+    assert cap.grown == 1
+    cap.give(n1, [0], 0.1, 8)
+    assert cap.grown == 2
+
+
 def test_a_trial_closes_once_and_innermost_first():
     cap = capacity()
     outer = cap.trial()
