@@ -61,7 +61,12 @@ class VictimCandidates:
     capacity last grew (`hopeless.grown`). Still so: it has only shrunk since, a candidate's release
     never grows, and taken candidates are skipped anyway."""
     hopeless: Hopeless = field(default_factory=Hopeless)
-    """Memo: shapes no victim or bounded victim set could make room for since free capacity last grew."""
+    """Memo: shapes no victim or bounded victim set could make room for since free capacity last grew.
+
+    A set search looks at the first MAX_SET_CANDIDATES candidates not taken; once others take some of
+    them it would look further, and a shape kept here is not searched again until capacity grows:
+    the search stays bounded per cycle, and such a job may wait one cycle more for its victims.
+    """
 
     @classmethod
     def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimCandidates:
