@@ -146,8 +146,8 @@ class Cycle:
             # Memo: a job without a reservation of the same shape and class waited while free
             # capacity was as it is now (same version). What `seek` reads besides the capacity
             # moves only with it: victims are taken and the guard is raised by changes to the
-            # capacity, and a hold that raised the guard is not kept. So `seek` would hold this
-            # job for the same reason; this keeps a long queue behind a full cluster cheap.
+            # capacity, and a wait that raised the guard is not kept. So `seek` would make this
+            # job wait for the same reason; this keeps a long queue behind a full cluster cheap.
             seen = self.last_wait.get((shape, high))
             if seen is not None and seen.version == self.cap.version:
                 self.wait(job, seen.why)

@@ -127,23 +127,23 @@ def frees_one_worker(r: NodeRelease, shape: Shape) -> bool:
             and f.memory_gb + r.memory_gb + EPS >= shape.memory_gb)
 
 
-def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, memo: bool) -> Job | None:
+def single_victim(cap: FreeCapacity, shape: Shape, candidates: VictimCandidates, memo: bool) -> Job | None:
     """The first candidate in victim order whose suspension alone makes room for the whole gang."""
     pools = cap.pools(shape)
     allowed = None if pools == (ANY,) else set(pools)
     base = {p: cap.count_fitting(p, shape, shape.workers) for p in pools} if shape.workers > 1 else {}
     most = max(base.values(), default=0)
-    start = pool_of.cursor.get(shape, 0) if memo else 0
-    candidates, releases, taken = pool_of.in_order(pools), pool_of.releases, pool_of.taken
-    for i in range(start, len(candidates)):
-        victim = candidates[i]
+    start = candidates.cursor.get(shape, 0) if memo else 0
+    ordered, releases, taken = candidates.in_order(pools), candidates.releases, candidates.taken
+    for i in range(start, len(ordered)):
+        victim = ordered[i]
         if victim.id in taken:
             continue
         if shape.workers == 1:
             # One worker: it cannot fit anywhere now, so the victim must free a whole slot on one node.
             found = any(not r.node.blocked and (allowed is None or r.node.node.gpu_type in allowed)
                         and frees_one_worker(r, shape) for r in releases[victim.id])
-        elif shape.gpus and pool_of.widest[victim.id] <= shape.gpus and (
+        elif shape.gpus and candidates.widest[victim.id] <= shape.gpus and (
             most + len(releases[victim.id]) < shape.workers
         ):
             # Freeing at most one worker's GPUs per node adds at most one worker per node.
@@ -156,10 +156,10 @@ def single_victim(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, me
             )
         if found:
             if memo:
-                pool_of.cursor[shape] = i
+                candidates.cursor[shape] = i
             return victim
     if memo:
-        pool_of.cursor[shape] = len(candidates)
+        candidates.cursor[shape] = len(ordered)
     return None
 
 
@@ -205,14 +205,14 @@ class RoomWithVictims:
         return gained
 
 
-def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, pool: str) -> list[Job] | None:
+def victim_set(cap: FreeCapacity, shape: Shape, candidates: VictimCandidates, pool: str) -> list[Job] | None:
     """Minimal set: take candidates in victim order until the gang fits, then drop any not needed."""
-    room = RoomWithVictims(shape, pool, pool_of.releases, cap.count_fitting(pool, shape, shape.workers))
+    room = RoomWithVictims(shape, pool, candidates.releases, cap.count_fitting(pool, shape, shape.workers))
     chosen: list[Job] = []
-    for victim in pool_of.in_order((pool,)):
+    for victim in candidates.in_order((pool,)):
         if len(chosen) >= MAX_SET_CANDIDATES:
             return None
-        if victim.id in pool_of.taken:
+        if victim.id in candidates.taken:
             continue
         chosen.append(victim)
         room.add(victim)
@@ -231,23 +231,25 @@ def victim_set(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, pool:
     return chosen
 
 
-def find_victims(cap: FreeCapacity, shape: Shape, pool_of: VictimCandidates, memo: bool = True) -> list[Job]:
+def find_victims(
+    cap: FreeCapacity, shape: Shape, candidates: VictimCandidates, memo: bool = True
+) -> list[Job]:
     """Victims for a high job that cannot be placed: one job if any suffices, else a minimal set.
 
     `memo` is off when the job brings its own reserved GPUs (capacity is then not the shared one).
     """
     pools = cap.pools(shape)
     if memo:
-        pool_of.learnt_since(cap.grown)
-        if pool_of.hopeless.holds(shape, pools):
+        candidates.learnt_since(cap.grown)
+        if candidates.hopeless.holds(shape, pools):
             return []
-    single = single_victim(cap, shape, pool_of, memo)
+    single = single_victim(cap, shape, candidates, memo)
     if single is not None:
         return [single]
     for pool in pools:
-        chosen = victim_set(cap, shape, pool_of, pool)
+        chosen = victim_set(cap, shape, candidates, pool)
         if chosen:
             return chosen
     if memo:
-        pool_of.hopeless.add(shape, pools)
+        candidates.hopeless.add(shape, pools)
     return []

@@ -278,12 +278,12 @@ class Controller:
         reserves: list[Reserve] = []
         admits: list[Admit] = []
         rejects: list[Reject] = []
-        holds: dict[int, str] = {}
+        new_reasons: dict[int, str] = {}
         reasons = self.follower.reasons
         for d in decisions:
             if isinstance(d, Wait):
                 if reasons.get(d.job_id) != d.reason:
-                    holds[d.job_id] = d.reason
+                    new_reasons[d.job_id] = d.reason
             elif isinstance(d, Admit):
                 admits.append(d)
             elif isinstance(d, Suspend):
@@ -298,7 +298,7 @@ class Controller:
         if stale:
             stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING}
         news: list[admission.NewInstance] = []
-        if reserves or stale or admits or holds or rejects:
+        if reserves or stale or admits or new_reasons or rejects:
             # What the plan decided, in one transaction: reservations, reasons, rejections, claims.
             with self._write() as s:
                 now = time.time()
@@ -306,14 +306,14 @@ class Controller:
                     transitions.reserve(s, d.job_id, d.placement, now)
                 if stale:
                     transitions.clear_reservations(s, sorted(stale))
-                transitions.waiting_reasons(s, holds)
+                transitions.waiting_reasons(s, new_reasons)
                 for r in rejects:
                     job = s.get(JobRow, r.job_id)
                     if job is not None and job.state in WAITING:
                         transitions.reject(s, job, r.reason, now)
                 if admits:
                     news = self._claim(s, view, admits)
-            for job_id, reason in holds.items():
+            for job_id, reason in new_reasons.items():
                 # Kept as written: a reason is not a change the feed carries.
                 view.jobs[job_id].reason = reason
                 reasons[job_id] = reason
