@@ -21,10 +21,13 @@ from pathlib import Path
 
 from gen_trace import TraceSpec, write_trace
 
-from hai_airflow.scheduling import POLICIES
-from hai_airflow.scheduling.model import Decision, Wait
-from hai_airflow.sim import load_trace
-from hai_airflow.sim.engine import Simulator
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's code, not whichever one is installed
+
+from hai_airflow.scheduling import POLICIES  # noqa: E402
+from hai_airflow.scheduling.model import Decision, Wait  # noqa: E402
+from hai_airflow.sim import load_trace  # noqa: E402
+from hai_airflow.sim.engine import Simulator  # noqa: E402
 
 RECORDED = Path(__file__).with_name("decisions.json")
 

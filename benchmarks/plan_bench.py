@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
-from hai_airflow.scheduling import plan
-from hai_airflow.scheduling.model import Job, Node, Quota, Snapshot, WorkerPlacement
-from hai_airflow.scheduling.state import ClusterState
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's code, not whichever one is installed
+
+from hai_airflow.scheduling import plan  # noqa: E402
+from hai_airflow.scheduling.model import Job, Node, Quota, Snapshot, WorkerPlacement  # noqa: E402
+from hai_airflow.scheduling.state import ClusterState  # noqa: E402
 
 NOW = 1_700_000_000.0
 TYPES = ("V100", "A100", "T4")

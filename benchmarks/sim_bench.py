@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -10,9 +11,12 @@ from pathlib import Path
 import typer
 from gen_trace import TraceSpec, write_trace
 
-from hai_airflow.cli.sim import sim
-from hai_airflow.scheduling import POLICIES
-from hai_airflow.sim import load_trace, simulate, summarize
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's code, not whichever one is installed
+
+from hai_airflow.cli.sim import sim  # noqa: E402
+from hai_airflow.scheduling import POLICIES  # noqa: E402
+from hai_airflow.sim import load_trace, simulate, summarize  # noqa: E402
 
 TARGET_S = 60.0
 """Wall-clock goal for 10,000 jobs over 1,000 nodes under one policy."""
