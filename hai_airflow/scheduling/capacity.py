@@ -267,7 +267,7 @@ class Trial:
         if self.outer is not None:
             for i, saved in self.saved.items():
                 self.outer.saved.setdefault(i, saved)
-            self.outer.gave = self.outer.gave or self.gave
+            self.outer.gave |= self.gave
         elif self.gave:
             self.cap.grown += 1
 

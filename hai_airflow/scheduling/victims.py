@@ -80,9 +80,10 @@ class VictimCandidates:
         return cls(by_pool, releases, widest)
 
     def learnt_since(self, grown: int) -> None:
-        """Keep the memos only if free capacity has not grown since they were learnt."""
-        if self.hopeless.grown != grown:
-            self.hopeless = Hopeless(grown)
+        """Keep the memos only if free capacity has not grown since they were learnt (`Hopeless.at`)."""
+        hopeless = self.hopeless.at(grown)
+        if hopeless is not self.hopeless:
+            self.hopeless = hopeless
             self.cursor.clear()
 
     def in_order(self, pools: tuple[str, ...]) -> list[Job]:
