@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import logging
 import math
 import os
@@ -11,8 +10,6 @@ import select
 import shlex
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +36,7 @@ from hai_airflow.backends.jobuser import (
 )
 from hai_airflow.backends.launches import handle_data, image_of, read_handles
 from hai_airflow.backends.notice import write_notice
+from hai_airflow.backends.spawner import SPAWNER, Spawner
 from hai_airflow.backends.supervisor import RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
     MASTER_ADDR,
@@ -135,8 +133,6 @@ class _Worker:
     started: int
     exit_file: Path
     log_path: Path
-    popen: subprocess.Popen[bytes] | None
-    """None for a worker adopted after a restart: not our child, watched through /proc."""
     done: bool = False
     exit_code: int | None = None
     """None once done means lost: it vanished without an exit file."""
@@ -163,7 +159,6 @@ class _Worker:
             started=int(data["start_time"]),
             exit_file=Path(data["exit_file"]),
             log_path=Path(data["log_path"]),
-            popen=None,
         )
 
 
@@ -202,6 +197,7 @@ class LocalBackend:
         self._wake_pipe: tuple[int, int] | None = None
         """Written to when the watcher must look again at once: a new instance, or closing."""
         self.on_exit: Callable[[], None] | None = None
+        self._spawner = Spawner()
 
     # ---- Backend protocol -------------------------------------------------------------------
 
@@ -248,8 +244,8 @@ class LocalBackend:
         except OSError as exc:
             for w in workers:
                 procs.signal_group(w.pgid, signal.SIGKILL)
-                if w.popen is not None:
-                    w.popen.wait()
+            # A worker whose answer was lost with the spawner may have started all the same.
+            self.reap(launch.instance_id, launch.work_dir)
             raise StartError(f"could not start worker {len(workers)}: {exc}") from exc
         inst = _Instance(launch.instance_id, workers, launch.log_path, notice_path)
         with self._lock:
@@ -312,10 +308,10 @@ class LocalBackend:
         return lost
 
     def reap(self, instance_id: int, work_dir: Path) -> None:
-        """Kill the process groups of the instance's supervisors, found by their exit files in `work_dir`."""
-        groups = _supervisor_groups(work_dir)
+        """Kill the process groups of the instance's supervisors, found in `work_dir`."""
+        groups = _supervisors_in(work_dir)
         for pgid in groups:
-            log.warning("killing process group %d of instance %d: no handle was saved", pgid, instance_id)
+            log.warning("killing process group %d of instance %d: it has no handle", pgid, instance_id)
             kill_tree(pgid, signal.SIGKILL)
             procs.signal_group(pgid, signal.SIGKILL)
         deadline = time.monotonic() + REAP_WAIT_SECONDS
@@ -343,6 +339,7 @@ class LocalBackend:
         if self._watcher is not None:
             self._watcher.join()
             self._watcher = None
+        self._spawner.close()
 
     # ---- starting ---------------------------------------------------------------------------
 
@@ -418,9 +415,11 @@ class LocalBackend:
         combined: bool,
         user: JobUser | None,
     ) -> _Worker:
-        exit_file = launch.work_dir / f"worker{slot.rank}.exit"
+        # Beside the work dir, not in it: the job may move, replace or lock up its own dir, never its
+        # parent, and the exit file is how the server learns how the worker ended.
+        exit_file = launch.work_dir.parent / f"{launch.work_dir.name}.worker{slot.rank}.exit"
         exit_file.unlink(missing_ok=True)
-        args = [sys.executable, "-I", "-S", str(SUPERVISOR), str(exit_file), command]
+        args = [str(SUPERVISOR), str(exit_file), command]
         log_path = launch.log_path
         if combined:
             # Each worker has its own log; the supervisors add prefixed lines to the instance log.
@@ -433,20 +432,11 @@ class LocalBackend:
             env[RUN_AS_VARIABLE] = f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"
         out = open_job_log(log_path)
         try:
-            popen = subprocess.Popen(
-                args,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            pid, started = self._spawner.spawn(args, env, str(launch.work_dir), str(cwd), out)
         finally:
             os.close(out)
-        # Our unreaped child: its /proc entry exists even if it has already exited.
-        started = procs.start_time(popen.pid) or 0
-        return _Worker(slot.rank, slot.node, popen.pid, popen.pid, started, exit_file, log_path, popen)
+        # It leads a session and a process group of its own; started 0: it has already ended.
+        return _Worker(slot.rank, slot.node, pid, pid, started, exit_file, log_path)
 
     # ---- watching ---------------------------------------------------------------------------
 
@@ -541,8 +531,8 @@ class LocalBackend:
 
     def _signal(self, workers: list[_Worker], sig: signal.Signals) -> None:
         for w in workers:
-            # An adopted worker's pid may have been reused once it ended; only signal the one we started.
-            if w.popen is not None or procs.is_alive(w.pid, w.started):
+            # A worker's pid may have been reused once it ended; only signal the one started.
+            if procs.is_alive(w.pid, w.started):
                 if sig == signal.SIGKILL:
                     # Below the supervisor first (a `setsid` child left the group), while it still
                     # adopts orphans; then the group, the supervisor with it.
@@ -613,8 +603,8 @@ def _pidfd(w: _Worker) -> int | None:
         fd = os.pidfd_open(w.pid)
     except (AttributeError, OSError):
         return None
-    # Our unreaped child cannot have been replaced; an adopted worker's pid could name another process.
-    if w.popen is None and not procs.is_alive(w.pid, w.started):
+    # The pid could name another process by now.
+    if not procs.is_alive(w.pid, w.started):
         os.close(fd)
         return None
     return fd
@@ -626,25 +616,13 @@ def worker_log_path(log_path: Path, rank: int) -> Path:
 
 
 def _check(w: _Worker) -> None:
-    """Record the worker's end if it has ended: exit file first, else what wait() or the kill says."""
+    """Record the worker's end if it has ended: the exit file, else killed by us, else lost."""
     if w.done:
         return
-    code: int | None
-    if w.popen is not None:
-        try:
-            state = os.waitid(os.P_PID, w.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            code = None
-        else:
-            if state is None:
-                return
-            # Not yet reaped, so its pid still names its group: children it left behind go too.
-            procs.signal_group(w.pgid, signal.SIGKILL)
-            code = w.popen.wait()
-    else:
-        if procs.is_alive(w.pid, w.started):
-            return
-        code = -signal.SIGKILL if w.killed else None
+    if procs.is_alive(w.pid, w.started):
+        return
+    # No exit file: it was killed before it could write one, by us or by someone else.
+    code = -signal.SIGKILL if w.killed else None
     from_file = procs.read_exit_file(w.exit_file)
     w.done = True
     w.exit_code = from_file if from_file is not None else code
@@ -669,21 +647,19 @@ def _exit_of(inst: _Instance) -> Exit:
     return Exit(iid, culprit.exit_code, procs.describe_exit(culprit.exit_code))
 
 
-def _supervisor_groups(work_dir: Path) -> list[int]:
-    """Process groups led by a supervisor whose exit file lies in `work_dir` (as `_spawn` starts them)."""
-    groups = []
+def _supervisors_in(work_dir: Path) -> list[int]:
+    """Supervisors of the instance whose work dir this is: each waits in it and leads its own group."""
+    where = Path(os.path.realpath(work_dir))
+    found = []
     for pid in procs.running():
         args = procs.cmdline(pid)
-        # python -I -S .../supervisor.py WORK_DIR/workerN.exit COMMAND [COMBINED_LOG PREFIX]
-        if not args or len(args) < 6 or args[1:3] != ["-I", "-S"] or Path(args[3]).name != SUPERVISOR.name:
+        # A child of the spawner: python -I -S .../spawner.py FD
+        if not args or len(args) < 4 or args[1:3] != ["-I", "-S"] or Path(args[3]).name != SPAWNER.name:
             continue
-        exit_file = Path(args[4])
-        if exit_file.parent != work_dir or not fnmatch.fnmatch(exit_file.name, "worker*.exit"):
-            continue
-        # A supervisor leads its own group; a process that merely looks like one is left alone.
-        if procs.group_of(pid) == pid:
-            groups.append(pid)
-    return groups
+        # A process that merely looks like one (the job's own, or another user's) is left alone.
+        if procs.cwd(pid) == where and procs.group_of(pid) == pid and procs.owner(pid) == os.getuid():
+            found.append(pid)
+    return found
 
 
 def _adopt(handle: Handle) -> _Instance:

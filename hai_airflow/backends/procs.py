@@ -40,6 +40,22 @@ def cmdline(pid: int) -> list[str] | None:
     return [arg.decode(errors="surrogateescape") for arg in raw.split(b"\0")[:-1]]
 
 
+def cwd(pid: int) -> Path | None:
+    """The working directory of a process, resolved; None if it is gone or not ours to read."""
+    try:
+        return Path(os.readlink(PROC / str(pid) / "cwd"))
+    except OSError:
+        return None
+
+
+def owner(pid: int) -> int | None:
+    """The uid that owns a process; None if it is gone."""
+    try:
+        return (PROC / str(pid)).stat().st_uid
+    except OSError:
+        return None
+
+
 def group_of(pid: int) -> int | None:
     """The process group of a process (/proc/<pid>/stat field 5); None if gone."""
     fields = _stat_fields(pid)

@@ -1,8 +1,9 @@
 """The per-worker supervisor: runs the job command, records its exit code, prefixes its combined log."""
 
-# Started as `python -I -S supervisor.py EXIT_FILE COMMAND [COMBINED_LOG PREFIX]` in the worker's own
-# process group. It imports only the standard library, so it starts fast and keeps working after the
-# server that started it is gone; the exit file is how a restarted server learns the exit code.
+# Runs as `main([supervisor.py, EXIT_FILE, COMMAND, [COMBINED_LOG, PREFIX]])` in a child the spawner
+# forks (`spawner.py`), in the worker's own session and process group. It needs only the standard
+# library, and keeps working after the server that started it is gone; the exit file is how a
+# restarted server learns the exit code.
 #
 # SIGTERM to the group reaches the shell too, and a non-interactive shell dies of it at once, while the
 # command it was waiting for (`python3 train.py`, `cd x && python3 train.py`) may handle it: save a
@@ -41,7 +42,13 @@ KILL_TREE_SECONDS = 5.0
 """How long killing what is left below a supervisor may take before it gives up on stragglers."""
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], command_dir: int | None = None) -> int:
+    """Run the command in `command_dir` (an open directory; default: where this runs) and report.
+
+    The spawner starts the supervisor in the instance's work dir, which is how a server that never
+    saved the instance's handle finds it after a restart (`LocalBackend.reap`), and hands it the
+    command's directory open, as it found it when asked.
+    """
     exit_file, command = argv[1], argv[2]
     run_as = os.environ.pop(RUN_AS_VARIABLE, None)
     combined = argv[3] if len(argv) > 4 else None
@@ -54,7 +61,9 @@ def main(argv: list[str]) -> int:
     pipe = os.pipe() if combined is not None else None
     pid = os.fork()
     if pid == 0:
-        _exec_command(command, pipe, run_as)
+        _exec_command(command, pipe, run_as, command_dir)
+    if command_dir is not None:
+        os.close(command_dir)
     ending = _Ending(pid)
     if pipe is None or combined is None:
         code = ending.wait(block=True)
@@ -182,8 +191,12 @@ class _Ending:
         return chosen[-1] if chosen else self.shell_code
 
 
-def _exec_command(command: str, pipe: tuple[int, int] | None, run_as: str | None) -> None:
+def _exec_command(
+    command: str, pipe: tuple[int, int] | None, run_as: str | None, command_dir: int | None
+) -> None:
     try:
+        if command_dir is not None:
+            os.fchdir(command_dir)
         if run_as:
             uid, gid, groups = run_as.split(":")
             os.setgroups([int(g) for g in groups.split(",") if g])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,8 +150,7 @@ def test_elastic_stop_lets_a_command_run_by_the_shell_save_and_records_its_exit_
     assert time.monotonic() - t0 >= 1
     assert (ended.exit_code, ended.reason) == (75, "exit code 75")
     assert (code / "saved.ckpt").read_text() == "weights"
-    exit_file = cluster.tmp / "instance-1" / "worker0.exit"
-    assert exit_file.read_text().strip() == "75"
+    assert Path(h.data["workers"][0]["exit_file"]).read_text().strip() == "75"
 
 
 def test_a_command_that_dies_of_sigterm_is_still_reported_killed_by_it(cluster: Cluster) -> None:
@@ -206,3 +206,35 @@ def test_configured_image_puts_its_environment_first_on_path(cluster: Cluster) -
 def test_unknown_option_is_refused_with_its_name(cluster: Cluster) -> None:
     with pytest.raises(ValueError, match="imagez"):
         cluster.new_backend(imagez={})
+
+
+def test_a_job_that_moves_its_work_dir_away_still_reports_how_it_ended(cluster: Cluster) -> None:
+    # $HOME is the work dir. The exit file lies beside it, where the job cannot reach.
+    h = cluster.start('mv "$HOME" "$HOME.moved" && ln -s /tmp "$HOME" && exit 6')
+    ended = cluster.wait(h.instance_id)
+    assert (ended.exit_code, ended.reason, ended.lost) == (6, "exit code 6", False)
+
+
+def test_a_worker_that_cannot_be_started_leaves_none_of_the_instance_running(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Worker 1's start fails (as when the spawner dies before it answers): an injected failure, the
+    # processes around it are real.
+    real = cluster.backend._spawner.spawn
+    started: list[int] = []
+
+    def second_fails(*args: Any) -> tuple[int, int]:
+        if started:
+            raise OSError("the spawner ended before it answered")
+        pid, t = real(*args)
+        started.append(pid)
+        return pid, t
+
+    monkeypatch.setattr(cluster.backend._spawner, "spawn", second_fails)
+    with pytest.raises(StartError, match="could not start worker 1: the spawner ended"):
+        cluster.start("sleep 60", mode="distributed", gpus=((0,), (1,)))
+    (first,) = started
+    deadline = time.monotonic() + 5
+    while procs.start_time(first) is not None:
+        assert time.monotonic() < deadline, "worker 0 was left running"
+        time.sleep(0.02)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from hai_airflow.backends.base import Exit
 
@@ -47,7 +48,7 @@ def test_on_exit_waits_for_every_worker_of_an_instance(cluster: Cluster) -> None
     worker0 = h.data["workers"][0]
     assert worker0["rank"] == 0
     # Worker 0 has ended (its supervisor wrote the exit file) while worker 1 waits: nothing to tell.
-    exit_file = cluster.tmp / f"instance-{h.instance_id}" / "worker0.exit"
+    exit_file = Path(worker0["exit_file"])
     while not exit_file.exists():
         assert not calls.first.wait(0.02), "on_exit came before the instance ended"
     assert not calls.first.wait(0.3) and backend.poll() == []
