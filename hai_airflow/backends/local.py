@@ -136,6 +136,9 @@ class _Worker:
     done: bool = False
     exit_code: int | None = None
     """None once done means lost: it vanished without an exit file."""
+    exit_fd: int | None = None
+    """A pidfd of the supervisor (Linux 5.3+), readable once it has exited: while it is not, the worker
+    runs, and neither `_check` nor the watcher reads /proc for it. None where there is none."""
     killed: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -244,6 +247,7 @@ class LocalBackend:
         except OSError as exc:
             for w in workers:
                 procs.signal_group(w.pgid, signal.SIGKILL)
+                _unwatch(w)
             # A worker whose answer was lost with the spawner may have started all the same.
             self.reap(launch.instance_id, launch.work_dir)
             raise StartError(f"could not start worker {len(workers)}: {exc}") from exc
@@ -340,6 +344,10 @@ class LocalBackend:
             self._watcher.join()
             self._watcher = None
         self._spawner.close()
+        with self._lock:
+            for inst in self._instances.values():
+                for w in inst.workers:
+                    _unwatch(w)
 
     # ---- starting ---------------------------------------------------------------------------
 
@@ -436,7 +444,7 @@ class LocalBackend:
         finally:
             os.close(out)
         # It leads a session and a process group of its own; started 0: it has already ended.
-        return _Worker(slot.rank, slot.node, pid, pid, started, exit_file, log_path)
+        return _watched(_Worker(slot.rank, slot.node, pid, pid, started, exit_file, log_path))
 
     # ---- watching ---------------------------------------------------------------------------
 
@@ -459,18 +467,26 @@ class LocalBackend:
                     os.write(self._wake_pipe[1], b"\0")
 
     def _watch(self, wake_pipe: tuple[int, int]) -> None:
-        """Sweep the moment a worker exits (its pidfd becomes readable), else every watch interval."""
-        exits = _ExitWaits()
+        """Sweep the moment a worker exits (its pidfd becomes readable), else every watch interval.
+
+        A pidfd may be closed by a sweep on another thread while this one waits on it: then it wakes
+        for nothing (the fd is gone, or is another's by now) and looks again.
+        """
         try:
             while not self._closing.is_set():
                 with self._lock:
-                    waits = exits.watch(w for inst in self._instances.values() for w in inst.workers)
+                    waits = [
+                        w.exit_fd
+                        for inst in self._instances.values()
+                        for w in inst.workers
+                        if not w.done and w.exit_fd is not None
+                    ]
                     timeout = self._next_timeout(time.monotonic())
                 poller = select.poll()
                 poller.register(wake_pipe[0], select.POLLIN)
                 for fd in waits:
                     poller.register(fd, select.POLLIN)
-                ready = [fd for fd, _ in poller.poll(timeout * 1000)]
+                poller.poll(timeout * 1000)
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_pipe[0], 4096)
                 if self._closing.is_set():
@@ -479,9 +495,7 @@ class LocalBackend:
                     self._sweep()
                 except Exception:
                     log.exception("checking local workers failed; retrying")
-                exits.fired(fd for fd in ready if fd != wake_pipe[0])
         finally:
-            exits.close()
             with self._lock:
                 if self._wake_pipe == wake_pipe:
                     self._wake_pipe = None
@@ -553,61 +567,30 @@ class LocalBackend:
         return inst
 
 
-class _ExitWaits:
-    """A pidfd per running worker (Linux 5.3+): it becomes readable the moment the worker exits.
-
-    Where there is none (another OS, an old kernel, a worker that is not ours to open), the worker is
-    seen by the watcher's timer instead.
-    """
-
-    def __init__(self) -> None:
-        self._fds: dict[tuple[int, int], int] = {}
-        """(pid, start time) of a worker -> its pidfd; a reused pid is another worker."""
-        self._spent: set[tuple[int, int]] = set()
-        """Workers whose pidfd fired yet who stayed running by `_check`'s account: left to the timer."""
-
-    def watch(self, workers: Iterator[_Worker]) -> list[int]:
-        """The pidfds to wait on for the workers still running (the backend's lock held)."""
-        running = {(w.pid, w.started): w for w in workers if not w.done}
-        for key in [k for k in self._fds if k not in running]:
-            os.close(self._fds.pop(key))
-        self._spent &= running.keys()
-        for key, w in running.items():
-            if key in self._fds or key in self._spent:
-                continue
-            fd = _pidfd(w)
-            if fd is None:
-                self._spent.add(key)
-            else:
-                self._fds[key] = fd
-        return list(self._fds.values())
-
-    def fired(self, fds: Iterator[int]) -> None:
-        """Stop waiting on pidfds that fired: their workers were swept (and are dropped next time), or
-        did not end by `_check`'s account, so only the timer will see them end."""
-        fired = set(fds)
-        for key, fd in list(self._fds.items()):
-            if fd in fired:
-                self._spent.add(key)
-                os.close(self._fds.pop(key))
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-
-def _pidfd(w: _Worker) -> int | None:
-    """A pidfd for the worker's process; None where pidfds are missing or it is not the one started."""
+def _watched(w: _Worker) -> _Worker:
+    """The worker with a pidfd of its supervisor, where pidfds exist and it is still the one started."""
     try:
         fd = os.pidfd_open(w.pid)
     except (AttributeError, OSError):
-        return None
-    # The pid could name another process by now.
-    if not procs.is_alive(w.pid, w.started):
+        return w
+    # The pid could name another process by now (or the supervisor may have ended already).
+    if procs.is_alive(w.pid, w.started):
+        w.exit_fd = fd
+    else:
         os.close(fd)
-        return None
-    return fd
+    return w
+
+
+def _unwatch(w: _Worker) -> None:
+    if w.exit_fd is not None:
+        os.close(w.exit_fd)
+        w.exit_fd = None
+
+
+def _has_exited(pidfd: int) -> bool:
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def worker_log_path(log_path: Path, rank: int) -> Path:
@@ -619,7 +602,11 @@ def _check(w: _Worker) -> None:
     """Record the worker's end if it has ended: the exit file, else killed by us, else lost."""
     if w.done:
         return
-    if procs.is_alive(w.pid, w.started):
+    if w.exit_fd is not None:
+        if not _has_exited(w.exit_fd):
+            return
+        _unwatch(w)
+    elif procs.is_alive(w.pid, w.started):
         return
     # No exit file: it was killed before it could write one, by us or by someone else.
     code = -signal.SIGKILL if w.killed else None
@@ -664,7 +651,7 @@ def _supervisors_in(work_dir: Path) -> list[int]:
 
 def _adopt(handle: Handle) -> _Instance:
     data = handle_data(handle, LocalBackend.name)
-    workers = [_Worker.adopted(w) for w in data["workers"]]
+    workers = [_watched(_Worker.adopted(w)) for w in data["workers"]]
     if not workers:
         raise ValueError("it lists no workers")
     return _Instance(handle.instance_id, workers, Path(data["log_path"]), Path(data["notice_path"]))
