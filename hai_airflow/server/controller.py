@@ -203,10 +203,15 @@ class Controller:
     # ---- exits --------------------------------------------------------------------------------
 
     def apply_exits(self, exits: list[Exit]) -> None:
+        """Record how instances ended, all in one write: a wave of jobs ends together (the local
+        backend reports the exits it saw at once), so each costs statements, not transactions."""
+        with self.ctx.store.read() as s:
+            insts, jobs = self._rows_of(s, exits)
+        # What needs the file system comes before the transaction: newest checkpoints, failure hints.
+        seen: list[tuple[Exit, Checkpoint | None, str | None]] = []
         for ex in exits:
-            with self.ctx.store.read() as s:
-                inst = s.get(InstanceRow, ex.instance_id)
-                job = s.get(JobRow, inst.job_id) if inst is not None else None
+            inst = insts.get(ex.instance_id)
+            job = jobs.get(inst.job_id) if inst is not None else None
             if inst is None or job is None or inst.ended_at is not None:
                 continue
             final = self._checkpoint_of(job.user_name, job.group_name, inst)
@@ -214,12 +219,18 @@ class Controller:
             if not ex.lost and ex.exit_code not in (0, None) and inst.stop_kind is None:
                 last = logs.read_tail(Path(inst.log_path), HINT_LOG_LINES, home=self.ctx.home)
                 hint = failure_hint(job.gpu_type, last)
-            with self._write() as s:
-                inst = s.get(InstanceRow, ex.instance_id)
-                job = s.get(JobRow, inst.job_id) if inst is not None else None
+            seen.append((ex, final, hint))
+        if not seen:
+            return
+        ended: list[tuple[Exit, int, transitions.Outcome, float]] = []
+        with self._write() as s:
+            insts, jobs = self._rows_of(s, [ex for ex, _, _ in seen])
+            now = time.time()
+            for ex, final, hint in seen:
+                inst = insts.get(ex.instance_id)
+                job = jobs.get(inst.job_id) if inst is not None else None
                 if inst is None or job is None or inst.ended_at is not None:
                     continue
-                now = time.time()
                 if final is not None and (
                     job.latest_checkpoint_at is None or final.at > job.latest_checkpoint_at
                 ):
@@ -228,10 +239,18 @@ class Controller:
                 requeued = outcome.job_state == "SUSPENDED"
                 lost = lost_gpu_seconds(job, inst, now) if requeued and not job.elastic else 0.0
                 transitions.instance_ended(s, job, inst, ex, outcome, now)
-            self.ctx.metrics.instance_ended(outcome.end_reason, requeued, lost)
-            log.info("instance %d of job %d ended: %s", ex.instance_id, job.id, outcome.reason)
+                ended.append((ex, job.id, outcome, lost))
+        for ex, job_id, outcome, lost in ended:
+            self.ctx.metrics.instance_ended(outcome.end_reason, outcome.job_state == "SUSPENDED", lost)
+            log.info("instance %d of job %d ended: %s", ex.instance_id, job_id, outcome.reason)
         self.ctx.changed.notify()
         self.ctx.wakeup.set()
+
+    @staticmethod
+    def _rows_of(s: Session, exits: list[Exit]) -> tuple[dict[int, InstanceRow], dict[int, JobRow]]:
+        """The ended instances and their jobs, a query per table."""
+        insts = by_id.rows(s, InstanceRow, (ex.instance_id for ex in exits))
+        return insts, by_id.rows(s, JobRow, {i.job_id for i in insts.values()})
 
     # ---- planning -----------------------------------------------------------------------------
 

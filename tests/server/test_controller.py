@@ -261,6 +261,28 @@ def test_wait_returns_on_change_or_timeout(run: Api) -> None:
     assert body["field"] == "since_state"
 
 
+def test_exits_seen_together_are_recorded_together_each_with_its_own_outcome(run: Api) -> None:
+    go = run.code / "go"
+    gate = f"while [ ! -e {go} ]; do sleep 0.02; done; "
+    ok = run.submit(cmd=gate + "exit 0", resource_pkg=454)
+    failed = run.submit(cmd=gate + "exit 3", resource_pkg=454)
+    saved = run.submit(cmd=gate + 'echo w > "$HAI_MODEL_DIR/final.pt"; exit 0', resource_pkg=454)
+    jobs = (ok, failed, saved)
+    for job in jobs:
+        run.until_state(job["id"], "RUNNING")
+    handles = [json.loads(_handle(run, instances(run, j["id"])[0]["id"])) for j in jobs]
+    go.touch()
+    for h in handles:  # all three have ended before the controller looks again
+        w = h["workers"][0]
+        while procs.is_alive(w["pid"], w["start_time"]):
+            time.sleep(0.02)
+    run.step()
+    assert [run.job(j["id"])["state"] for j in jobs] == ["SUCCEEDED", "FAILED", "SUCCEEDED"]
+    assert [instances(run, j["id"])[0]["exit_code"] for j in jobs] == [0, 3, 0]
+    assert run.job(ok["id"])["latest_checkpoint"] is None
+    assert run.job(saved["id"])["latest_checkpoint"].endswith("final.pt")
+
+
 def test_restart_reattaches_live_instances_and_requeues_lost_ones(run: Api) -> None:
     alive = run.submit(cmd="python3 train.py 60", resource_pkg=456)
     doomed = run.submit(user="bob", cmd="python3 train.py 60", resource_pkg=456)
