@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from hai_airflow.backends import logs
@@ -69,6 +70,8 @@ class Controller:
         self._last_renew = 0.0
         self._last_resync = 0.0
         self._settled_at = 0.0
+        self._unapplied: list[Exit] = []
+        """Exits taken from the backend whose write failed for want of the store: written next step."""
         self.follower = StoreFollower(ctx.config.server.policy)
         """The store as this controller keeps it between cycles (read whole on taking the lease)."""
         self.settled: Settled | None = None
@@ -127,9 +130,16 @@ class Controller:
             with self.ctx.store.write() as s:
                 lease.renew(s, self.me, now, self.lease_seconds)
             self._last_renew = now
-        exits = self.backend.poll()
+        exits = self._unapplied + self.backend.poll()
         if exits:
-            self.apply_exits(exits)
+            try:
+                self.apply_exits(exits)
+            except OperationalError:
+                # The backend reports an exit once: kept until the store takes it (a restart would
+                # learn it again from the exit files).
+                self._unapplied = exits
+                raise
+            self._unapplied = []
         woken = self._woken and now >= self._settled_at
         if force or exits or woken or now - self._last_cycle >= TICK_SECONDS:
             self._woken = False

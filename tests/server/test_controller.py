@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
 
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import Handle, Launch
@@ -281,6 +282,36 @@ def test_exits_seen_together_are_recorded_together_each_with_its_own_outcome(run
     assert [instances(run, j["id"])[0]["exit_code"] for j in jobs] == [0, 3, 0]
     assert run.job(ok["id"])["latest_checkpoint"] is None
     assert run.job(saved["id"])["latest_checkpoint"].endswith("final.pt")
+
+
+def test_an_exit_whose_write_failed_for_want_of_the_store_is_written_at_the_next_step(
+    run: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    go = run.code / "go"
+    job = run.submit(cmd=f"while [ ! -e {go} ]; do sleep 0.02; done; exit 4", resource_pkg=454)
+    run.until_state(job["id"], "RUNNING")
+    (inst,) = instances(run, job["id"])
+    assert run.controller is not None
+    controller = run.controller
+    real_write = controller._write
+    failures = []
+
+    def unreachable() -> Any:  # the store failing as a database does; injected, once
+        failures.append(1)
+        raise OperationalError("UPDATE leases", {}, Exception("server closed the connection unexpectedly"))
+
+    monkeypatch.setattr(controller, "_write", unreachable)
+    go.touch()
+    w = json.loads(_handle(run, inst["id"]))["workers"][0]
+    while procs.is_alive(w["pid"], w["start_time"]):
+        time.sleep(0.02)
+    with pytest.raises(OperationalError):
+        run.step()
+    assert failures and run.job(job["id"])["state"] == "RUNNING"
+    monkeypatch.setattr(controller, "_write", real_write)
+    run.step()
+    done = run.job(job["id"])
+    assert (done["state"], instances(run, job["id"])[0]["exit_code"]) == ("FAILED", 4)
 
 
 def test_restart_reattaches_live_instances_and_requeues_lost_ones(run: Api) -> None:
