@@ -194,6 +194,9 @@ class LocalBackend:
         self.home = home
         self._lock = threading.RLock()
         self._instances: dict[int, _Instance] = {}
+        """Every instance started or adopted, ended ones too (their logs stay readable)."""
+        self._live: dict[int, _Instance] = {}
+        """The instances not ended yet: what a sweep checks, so its cost follows the running ones."""
         self._ended: list[Exit] = []
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -253,7 +256,7 @@ class LocalBackend:
             raise StartError(f"could not start worker {len(workers)}: {exc}") from exc
         inst = _Instance(launch.instance_id, workers, launch.log_path, notice_path)
         with self._lock:
-            self._instances[launch.instance_id] = inst
+            self._instances[launch.instance_id] = self._live[launch.instance_id] = inst
         self._ensure_watcher()
         return Handle(
             launch.instance_id,
@@ -306,7 +309,9 @@ class LocalBackend:
             for inst in adopted:
                 self._instances[inst.instance_id] = inst
                 ended = self._advance(inst, now)
-                if ended is not None:
+                if ended is None:
+                    self._live[inst.instance_id] = inst
+                else:
                     (lost if ended.lost else self._ended).append(ended)
         self._ensure_watcher()
         return lost
@@ -477,7 +482,7 @@ class LocalBackend:
                 with self._lock:
                     waits = [
                         w.exit_fd
-                        for inst in self._instances.values()
+                        for inst in self._live.values()
                         for w in inst.workers
                         if not w.done and w.exit_fd is not None
                     ]
@@ -504,17 +509,18 @@ class LocalBackend:
 
     def _next_timeout(self, now: float) -> float:
         """Seconds until the watcher must look without being woken: the interval, or a kill that falls due."""
-        due = [i.kill_at - now for i in self._instances.values() if i.kill_at is not None and not i.ended]
+        due = [i.kill_at - now for i in self._live.values() if i.kill_at is not None]
         return max(0.0, min([self.options.watch_interval_seconds, *due]))
 
     def _sweep(self, notify: bool = True) -> None:
-        """Check every instance; with `notify`, tell the owner (`on_exit`) when one has ended."""
+        """Check every live instance; with `notify`, tell the owner (`on_exit`) when one has ended."""
         now = time.monotonic()
         with self._lock:
             before = len(self._ended)
-            for inst in self._instances.values():
+            for inst in list(self._live.values()):
                 ended = self._advance(inst, now)
                 if ended is not None:
+                    del self._live[inst.instance_id]
                     self._ended.append(ended)
             ended_now = len(self._ended) > before
         if notify and ended_now and self.on_exit is not None:
