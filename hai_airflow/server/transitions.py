@@ -24,7 +24,10 @@ CONTROLLER = "controller"
 def move(
     s: Session, job: JobRow, to_state: str, kind: str, reason: str, now: float, actor: str = CONTROLLER
 ) -> None:
-    """Change the job's state and record why, in one go."""
+    """Change the job's state and record why, in one go. A job that leaves the queue for good drops
+    its reservation: only waiting jobs hold one (`begin_instances` drops those of the jobs it starts),
+    so a job that ends after running has none to drop and costs no statement for it."""
+    leaves_queue = job.state in WAITING
     s.add(
         EventRow(
             job_id=job.id,
@@ -41,7 +44,8 @@ def move(
     if to_state in TERMINAL_STATES:
         job.ended_at = now
         job.current_instance_id = None
-        clear_reservations(s, [job.id])
+        if leaves_queue:
+            clear_reservations(s, [job.id])
 
 
 def clear_reservations(s: Session, job_ids: Iterable[int]) -> None:

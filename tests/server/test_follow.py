@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from hai_airflow.scheduling import plan
-from hai_airflow.scheduling.model import Wait
+from hai_airflow.scheduling.model import WAITING, Wait
 from hai_airflow.server import changes
 from hai_airflow.server.follow import differences, read_all
-from hai_airflow.server.tables import ChangeRow
+from hai_airflow.server.tables import ChangeRow, JobRow, ReservationRow
 from tests.server.conftest import Api
 
 USERS = ("alice", "bob", "dave")
@@ -23,7 +23,8 @@ PACKAGES = (454, 455, 456, 457)
 
 
 def check_kept(api: Api) -> None:
-    """The controller's kept copy, brought up to date by the feed alone, equals a full read."""
+    """The controller's kept copy, brought up to date by the feed alone, equals a full read; and
+    only waiting jobs hold reservations (a job that ends after running has none to drop)."""
     controller = api.controller
     assert controller is not None
     with api.ctx.store.read() as s:
@@ -34,6 +35,9 @@ def check_kept(api: Api) -> None:
         fresh = read_all(s, api.ctx.config.server.policy)
     assert kept.last_change == fresh.last_change
     assert differences(kept, fresh) == []
+    with api.ctx.store.read() as s:
+        holders = s.execute(select(JobRow.id, JobRow.state).join(ReservationRow, ReservationRow.job_id == JobRow.id))
+        assert [(job_id, state) for job_id, state in holders if state not in WAITING] == []
 
 
 def check_settled(api: Api) -> bool:
