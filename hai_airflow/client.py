@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from hai_airflow.http11 import Http, Reply, Stream, TransportError, server_url
 from hai_airflow.spec import (
     ON_BEHALF_OF,
     InstanceView,
@@ -117,6 +118,20 @@ def resolve_connection(
     return Connection(server=server.rstrip("/"), token=token, region=region)
 
 
+def usable(connection: Connection) -> Connection:
+    """The connection, if its server URL is one a client can use."""
+    try:
+        server_url(connection.server)
+    except ValueError:
+        raise HaiError(
+            2,
+            f"the server URL {connection.server!r} is not usable",
+            field="server",
+            fix="Give one like http://127.0.0.1:8765 (--server, HAI_SERVER or $HAI_HOME/client.toml)",
+        ) from None
+    return connection
+
+
 _JOBS = TypeAdapter(list[JobView])
 _INSTANCES = TypeAdapter(list[InstanceView])
 _QUEUE = TypeAdapter(list[QueueEntryView])
@@ -125,7 +140,7 @@ _NODES = TypeAdapter(list[NodeView])
 _PACKAGES = TypeAdapter(list[ResourcePackageView])
 
 
-def _raise_for(resp: httpx.Response) -> None:
+def _raise_for(resp: httpx.Response | Reply | Stream) -> None:
     if resp.status_code < 400:
         return
     try:
@@ -176,15 +191,12 @@ class HaiClient:
         token: str | None = None,
         region: str | None = None,
         timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
         on_behalf_of: str | None = None,
     ):
-        self.connection = resolve_connection(server, token, region)
+        self.connection = usable(resolve_connection(server, token, region))
         self.on_behalf_of = on_behalf_of
         headers = request_headers(self.connection.token, on_behalf_of)
-        self._http = httpx.Client(
-            base_url=self.connection.server, headers=headers, timeout=timeout, transport=transport
-        )
+        self._http = Http(self.connection.server, headers, timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -195,11 +207,11 @@ class HaiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    def _request(self, method: str, path: str, **kw: Any) -> Reply:
         try:
             resp = self._http.request(method, path, **kw)
-        except httpx.TransportError as e:
-            raise HaiUnreachable(self.connection.server, type(e).__name__) from None
+        except TransportError as e:
+            raise HaiUnreachable(self.connection.server, e.kind) from None
         _raise_for(resp)
         return resp
 
@@ -263,13 +275,13 @@ class HaiClient:
         params = {"tail": tail, "follow": True}
         url = f"{API}/instances/{instance_id}/log"
         try:
-            with self._http.stream("GET", url, params=params, timeout=None) as resp:
+            with self._http.stream("GET", url, params=params) as resp:
                 if resp.status_code >= 400:
                     resp.read()
                     _raise_for(resp)
                 yield from resp.iter_text()
-        except httpx.TransportError as e:
-            raise HaiUnreachable(self.connection.server, type(e).__name__) from None
+        except TransportError as e:
+            raise HaiUnreachable(self.connection.server, e.kind) from None
 
     def cancel(self, job_id: int) -> JobView:
         return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/cancel").json())
@@ -320,7 +332,7 @@ class AsyncHaiClient:
         transport: httpx.AsyncBaseTransport | None = None,
         on_behalf_of: str | None = None,
     ):
-        self.connection = resolve_connection(server, token, region)
+        self.connection = usable(resolve_connection(server, token, region))
         self.on_behalf_of = on_behalf_of
         headers = request_headers(self.connection.token, on_behalf_of)
         self._http = httpx.AsyncClient(

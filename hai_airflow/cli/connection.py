@@ -9,7 +9,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated
 
-import httpx
 import pydantic
 import typer
 
@@ -87,15 +86,12 @@ def exit_code_for(error: HaiError) -> int:
 
 
 @contextmanager
-def failures_as_exit(flags: ServerFlags) -> Iterator[None]:
+def failures_as_exit() -> Iterator[None]:
     """Client failures inside the block leave as one `Error:` line and an exit code."""
     try:
         yield
     except HaiError as error:
         fail(error.message, exit_code_for(error))
-    except httpx.InvalidURL as error:
-        server = flags.over(ROOT_FLAGS.get()).server
-        fail(f"--server {server!r} is not a usable URL ({error}). Give one like http://127.0.0.1:8765", 2)
     except pydantic.ValidationError as error:
         fail(
             f"the server's answer did not match what this hai understands ({error.error_count()} "
@@ -107,7 +103,7 @@ def failures_as_exit(flags: ServerFlags) -> Iterator[None]:
 @contextmanager
 def connect(flags: ServerFlags) -> Iterator[HaiClient]:
     """A client for the command's body; its failures leave as one `Error:` line and an exit code."""
-    with failures_as_exit(flags), client_for(flags) as client:
+    with failures_as_exit(), client_for(flags) as client:
         yield client
 
 
