@@ -36,11 +36,11 @@ log = logging.getLogger("hai.server.controller")
 TICK_SECONDS = 1.0
 """A full planning cycle at least this often, even when nothing woke the controller."""
 POLL_SECONDS = 0.2
+"""How often the backend is asked for exits while this controller is active."""
 SETTLE_FACTOR = 1.0
 """After a cycle that took t seconds, a wake-up (a submit, a request) plans again no sooner than
 SETTLE_FACTOR x t after it ended: under a stream of submissions the controller plans at most about
 half the time, leaving the rest to the API, and a burst is planned in one cycle. Exits plan at once."""
-"""How often the backend is asked for exits while this controller is active."""
 RENEW_SECONDS = 2.0
 CHECKPOINT_SCAN_SECONDS = 2.0
 RESYNC_SECONDS = 300.0
