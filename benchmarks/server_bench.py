@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 from cycle_bench import config_text, job_row  # noqa: E402
 
 from hai_airflow.client import HaiClient  # noqa: E402
+from hai_airflow.scheduling.settled import REPLAN_SECONDS  # noqa: E402
 from hai_airflow.server.store import Store  # noqa: E402
 from hai_airflow.spec import StandaloneJobSpec  # noqa: E402
 from tests.support import postgres  # noqa: E402
@@ -129,6 +130,8 @@ class Figures:
     rss_full_mb: float
     stored: int
     cycle_full_ms: float
+    cycles_full: int
+    plans_full: int
 
 
 def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
@@ -146,17 +149,24 @@ def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
             if fill > 0:
                 throughput(server, code, args.clients, fill, tag="fill")
                 stored += fill
-            # Time the cycles with the store full, once a plan has said why each new job waits.
+            # Time the cycles with the store full, once a plan has said why each new job waits. A
+            # settled cluster is planned again every REPLAN_SECONDS: a window of 2.5 of those, begun
+            # just after a plan, holds two plans wherever it starts (a 10 s window held one or none,
+            # as its end fell on the next plan or just before it).
             until_settled(server)
             count0, sum0 = planner_cycle(server)
-            time.sleep(10)
+            (settled0,) = metric(server, SETTLED)
+            time.sleep(2.5 * REPLAN_SECONDS)
             count1, sum1 = planner_cycle(server)
-            cycle_ms = (sum1 - sum0) / max(count1 - count0, 1) * 1000
+            (settled1,) = metric(server, SETTLED)
+            cycles = count1 - count0
+            cycle_ms = (sum1 - sum0) / max(cycles, 1) * 1000
             rss_full = rss_mb(server.proc.pid)
             # Stopped first, so leaving does not cancel 10,000 queued jobs one by one (the store is
             # thrown away); the jobs it started are killed on the way out.
             server.stop()
-    return Figures(lat, rate, rss_start, rss_full, stored, cycle_ms)
+    plans = cycles - int(settled1 - settled0)
+    return Figures(lat, rate, rss_start, rss_full, stored, cycle_ms, cycles, plans)
 
 
 @dataclass
@@ -235,7 +245,7 @@ def main() -> None:
     else:
         print(f"PostgreSQL skipped: {reason}", file=sys.stderr)
     print(f"{'store':<11} {'submit->started p50':>19} {'p95':>9} {'submissions/s':>14} "
-          f"{'RSS idle':>9} {'RSS full':>9} {'jobs stored':>12} {'cycle, full':>12}")
+          f"{'RSS idle':>9} {'RSS full':>9} {'jobs stored':>12} {'cycle, full':>12} {'cycles (plans)':>15}")
     try:
         for name, env in stores:
             f = bench(name, env, args)
@@ -243,7 +253,7 @@ def main() -> None:
             median = statistics.median(f.latency)
             print(f"{name:<11} {median * 1000:>16.1f} ms {p95 * 1000:>6.1f} ms {f.rate:>14.1f} "
                   f"{f.rss_start_mb:>6.0f} MB {f.rss_full_mb:>6.0f} MB {f.stored:>12,} "
-                  f"{f.cycle_full_ms:>9.1f} ms", flush=True)
+                  f"{f.cycle_full_ms:>9.1f} ms {f.cycles_full:>9} ({f.plans_full})", flush=True)
         print()
         for name, _ in stores:
             if name == "postgresql":  # a database of its own: the first server's token key is not ours
@@ -264,7 +274,8 @@ def main() -> None:
     print(f"(load average {load} at the end on {os.cpu_count()} CPUs; "
           f"{args.jobs} jobs one at a time for latency; {args.submissions} submissions from {args.clients} "
           f"clients for the rate; RSS of the server process when started and with the store full; "
-          f"mean planner cycle with the store full)")
+          f"mean planner cycle with the store full, over {2.5 * REPLAN_SECONDS:.0f} s: settled cycles "
+          f"and the plans made every {REPLAN_SECONDS:.0f} s)")
 
 
 if __name__ == "__main__":
