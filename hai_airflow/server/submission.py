@@ -261,8 +261,9 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     return _Checked(submit, values, event, is_high(spec.max_schedule), res.gpus)
 
 
-def _store(ctx: ServerContext, s: Session, checked: _Checked) -> Outcome:
-    """Insert one checked submit in the open transaction `s`, or find its job by client_key.
+def _store(ctx: ServerContext, s: Session, checked: _Checked, events: list[dict[str, Any]]) -> Outcome:
+    """Insert one checked submit in the open transaction `s`, or find its job by client_key; a new
+    job's event joins `events`, which the caller inserts for the whole batch in one statement.
 
     The insert itself finds a known key (the store's unique key per user), so a new job costs no
     lookup. It comes before the quota check so that a retried submit gets its job back even when the
@@ -282,7 +283,7 @@ def _store(ctx: ServerContext, s: Session, checked: _Checked) -> Outcome:
         except ApiError as refusal:
             s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
             return refusal
-    s.execute(_INSERT_EVENT, {"job_id": job_id, **checked.event})
+    events.append({"job_id": job_id, **checked.event})
     changes.job_changed(s, job_id)
     return job_view(JobRow(id=job_id, **checked.values), None, checked.values["submitted_at"]), True
 
@@ -293,7 +294,11 @@ def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
     (`OperationalError`: locked, unreachable) fails them all at once instead of once per submit."""
     try:
         with ctx.store.write() as s:
-            return [_store(ctx, s, c) for c in checked]
+            events: list[dict[str, Any]] = []
+            outcomes = [_store(ctx, s, c, events) for c in checked]
+            if events:
+                s.execute(_INSERT_EVENT, events)
+            return outcomes
     except OperationalError as e:
         return [e] * len(checked)
     except Exception as e:
