@@ -135,7 +135,8 @@ class Figures:
 
 
 def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
-    with tempfile.TemporaryDirectory(prefix="hai-bench-") as tmp:
+    # The supervisors of the jobs killed on the way out may still write their exit files as it goes.
+    with tempfile.TemporaryDirectory(prefix="hai-bench-", ignore_cleanup_errors=True) as tmp:
         code = Path(tmp) / "code"
         code.mkdir()
         with start_server(Path(tmp) / "home", TEST_CONFIG, env) as server:
@@ -184,7 +185,7 @@ def under_load(env: dict[str, str], args: argparse.Namespace) -> UnderLoad:
     """Every node full with a running 8-GPU job, `store_jobs` more queued behind them (written to the
     store directly, as a backlog), then `load_submissions` submissions from the clients while the
     controller keeps planning: the submission rate and the mean planner cycle over that window."""
-    with tempfile.TemporaryDirectory(prefix="hai-bench-load-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hai-bench-load-", ignore_cleanup_errors=True) as tmp:
         code = Path(tmp) / "code"
         code.mkdir()
         home = Path(tmp) / "home"
