@@ -152,8 +152,8 @@ def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
                 stored += fill
             # Time the cycles with the store full, once a plan has said why each new job waits. A
             # settled cluster is planned again every REPLAN_SECONDS: a window of 2.5 of those, begun
-            # just after a plan, holds two plans wherever it starts (a 10 s window held one or none,
-            # as its end fell on the next plan or just before it).
+            # just after a plan, holds at least two of them wherever it starts (a 10 s window held
+            # one or none, as its end fell on the next plan or just before it).
             until_settled(server)
             count0, sum0 = planner_cycle(server)
             (settled0,) = metric(server, SETTLED)
