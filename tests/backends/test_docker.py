@@ -211,12 +211,17 @@ echo "rank=$RANK world=$WORLD_SIZE local=$LOCAL_RANK hvd=$HOROVOD_RANK/$HOROVOD_
 echo "master=$MASTER_ADDR:$MASTER_PORT"
 got=/tmp/got
 if [ "$RANK" = 0 ]; then
-  nc -l -p "$MASTER_PORT" > $got
+  # busybox nc -l can end on its own stdin's end before the data arrives: listen until some does.
+  until [ -s $got ]; do nc -l -p "$MASTER_PORT" > $got; done
   echo "rank 0 got: $(cat $got)"
 else
   i=0
   until echo "hello from rank 1" | nc "$MASTER_ADDR" "$MASTER_PORT"; do
     i=$((i+1)); [ $i -gt 100 ] && exit 1; sleep 0.1
+  done
+  # Rank 0 may have missed it (above): say it again until rank 0 no longer listens.
+  while [ $i -lt 200 ] && echo "hello from rank 1" | nc "$MASTER_ADDR" "$MASTER_PORT" 2>/dev/null; do
+    i=$((i+1)); sleep 0.1
   done
 fi
 """
