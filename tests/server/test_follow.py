@@ -36,7 +36,9 @@ def check_kept(api: Api) -> None:
     assert kept.last_change == fresh.last_change
     assert differences(kept, fresh) == []
     with api.ctx.store.read() as s:
-        holders = s.execute(select(JobRow.id, JobRow.state).join(ReservationRow, ReservationRow.job_id == JobRow.id))
+        holders = s.execute(
+            select(JobRow.id, JobRow.state).join(ReservationRow, ReservationRow.job_id == JobRow.id)
+        )
         assert [(job_id, state) for job_id, state in holders if state not in WAITING] == []
 
 
