@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from hai_airflow.http11 import Http, Reply, Stream, TransportError, server_url
+from hai_airflow.http11 import Http, Reply, TransportError, server_url
 from hai_airflow.spec import (
     ON_BEHALF_OF,
     InstanceView,
@@ -140,7 +140,7 @@ _NODES = TypeAdapter(list[NodeView])
 _PACKAGES = TypeAdapter(list[ResourcePackageView])
 
 
-def _raise_for(resp: httpx.Response | Reply | Stream) -> None:
+def _raise_for(resp: httpx.Response | Reply) -> None:
     if resp.status_code < 400:
         return
     try:
@@ -277,8 +277,7 @@ class HaiClient:
         try:
             with self._http.stream("GET", url, params=params) as resp:
                 if resp.status_code >= 400:
-                    resp.read()
-                    _raise_for(resp)
+                    _raise_for(resp.read())
                 yield from resp.iter_text()
         except TransportError as e:
             raise HaiUnreachable(self.connection.server, e.kind) from None

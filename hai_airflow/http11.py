@@ -53,19 +53,10 @@ class Stream:
     def __init__(self, response: http.client.HTTPResponse):
         self._response = response
         self.status_code = response.status
-        self.reason_phrase = response.reason
-        self.content = b""
 
-    def read(self) -> bytes:
-        self.content = self._response.read()
-        return self.content
-
-    @property
-    def text(self) -> str:
-        return self.content.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        return jsonlib.loads(self.content)
+    def read(self) -> Reply:
+        """The rest of the response, read whole."""
+        return Reply(self.status_code, self._response.reason, self._response.read())
 
     def iter_text(self) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -133,7 +124,7 @@ class Http:
         client's own when None); `TransportError` when no answer came."""
         wait = self._timeout if timeout is None else timeout
         with self._exchange(method, path, params, json, wait) as response:
-            return Reply(response.status, response.reason, response.read())
+            return Stream(response).read()
 
     @contextmanager
     def stream(self, method: str, path: str, params: Mapping[str, Any] | None = None) -> Iterator[Stream]:
@@ -168,10 +159,7 @@ class Http:
         try:
             response = self._send(conn, method, target, body, headers, wait)
             yield response
-        except http.client.HTTPException as e:
-            conn.close()
-            raise TransportError(type(e).__name__) from None
-        except OSError as e:
+        except (http.client.HTTPException, OSError) as e:
             conn.close()
             raise TransportError(type(e).__name__) from None
         except BaseException:
