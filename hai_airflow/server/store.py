@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from hai_airflow.server import changes
@@ -88,7 +90,33 @@ def make_engine(url: str) -> Engine:
         return _sqlite_engine(url)
     if make_url(url).get_backend_name() == "sqlite":
         return _sqlite_engine(url)
-    return create_engine(url, pool_size=5, max_overflow=25, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=5, max_overflow=25)
+    _ping_after_idle(engine)
+    return engine
+
+
+IDLE_PING_SECONDS = 5.0
+"""A pooled connection unused this long is pinged before it is handed out: the database may have
+closed it meanwhile (a restart, an idle timeout). One in constant use is not: a ping per transaction
+is a round trip per transaction. If the database drops one of those, the transaction using it fails,
+and the pool replaces every connection it held before the failure."""
+
+
+def _ping_after_idle(engine: Engine) -> None:
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _lent(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < IDLE_PING_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as e:
+            # The pool closes this connection and lends another (a new one, if none is idle).
+            raise DisconnectionError(f"an idle database connection was closed: {e}") from e
 
 
 class Store:
