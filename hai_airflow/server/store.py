@@ -25,6 +25,7 @@ from hai_airflow.server.channel import Announcer, Listener, new_origin
 MIGRATIONS = Path(__file__).parent / "migrations"
 _MIGRATION_LOCK_KEY = 0x4841_4953  # "HAIS": one PostgreSQL advisory lock for schema upgrades
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+_NEXT_JOB_IDS = text("SELECT nextval(pg_get_serial_sequence('jobs', 'id')) FROM generate_series(1, :n)")
 
 
 def database_url(configured: str | None, home: Path) -> str:
@@ -180,6 +181,17 @@ class Store:
         """Serialize start-up writes of servers starting together on one database."""
         if not self.is_sqlite:
             session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK_KEY})
+
+    def job_ids(self, session: Session, count: int) -> list[int]:
+        """`count` new job ids, ascending, for rows the write transaction `session` inserts itself.
+
+        Known before the insert, they tell which row of a many-row INSERT is whose. SQLite gives a new
+        row the highest id plus one, and this transaction holds the write lock until it commits.
+        """
+        if self.is_sqlite:
+            top = session.execute(text("SELECT coalesce(max(id), 0) FROM jobs")).scalar_one()
+            return list(range(top + 1, top + 1 + count))
+        return sorted(session.scalars(_NEXT_JOB_IDS, {"n": count}))
 
     def lock_group(self, session: Session, group: str) -> None:
         """Serialize quota decisions of one group (SQLite already holds the write lock)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from hai_airflow.spec import (
 # the ORM's unit of work or a statement to build and cache-key per request.
 _JOBS, _EVENTS = (Base.metadata.tables[row.__tablename__] for row in (JobRow, EventRow))
 _INSERT_JOB = {
-    # A known (user, client_key) inserts nothing and returns no id: no error to recover from.
+    # A known (user, client_key) inserts no row and returns no id: no error to recover from.
     "postgresql": postgresql.insert(_JOBS).on_conflict_do_nothing().returning(_JOBS.c.id),
     "sqlite": sqlite.insert(_JOBS).on_conflict_do_nothing().returning(_JOBS.c.id),
 }
@@ -144,19 +145,19 @@ def _counted() -> ColumnElement[bool]:
 
 
 def high_usage(
-    session: Session, user: str | None = None, group: str | None = None, exclude_job: int | None = None
+    session: Session, user: str | None = None, group: str | None = None, exclude: Collection[int] = ()
 ) -> tuple[dict[str, int], dict[str, int]]:
     """High-priority GPUs in use per user and per group, as `high_gpus` counts them, in one query.
 
-    With `user` and `group`, only their jobs are summed (all a quota check needs); `exclude_job` is
-    the job being promoted, so it is not counted twice.
+    With `user` and `group`, only their jobs are summed (all a quota check needs); `exclude` are the
+    jobs being judged (promoted, or submitted and stored but not judged yet), so none counts twice.
     """
     gpus = func.sum(JobRow.workers * JobRow.gpus_per_worker)
     query = select(JobRow.user_name, JobRow.group_name, gpus).where(_counted())
     if user is not None and group is not None:
         query = query.where((JobRow.user_name == user) | (JobRow.group_name == group))
-    if exclude_job is not None:
-        query = query.where(JobRow.id != exclude_job)
+    if exclude:
+        query = query.where(JobRow.id.not_in(exclude))
     per_user: dict[str, int] = {}
     per_group: dict[str, int] = {}
     for owner, owner_group, used in session.execute(query.group_by(JobRow.user_name, JobRow.group_name)):
@@ -166,10 +167,10 @@ def high_usage(
 
 
 def quota_verdict(
-    session: Session, user: str, group: str, gpus: int, exclude_job: int | None = None
+    session: Session, user: str, group: str, gpus: int, exclude: Collection[int] = ()
 ) -> QuotaVerdict:
     """The quota rule (`judge`) for `gpus` more high-priority GPUs of `user` in `group`."""
-    per_user, per_group = high_usage(session, user, group, exclude_job)
+    per_user, per_group = high_usage(session, user, group, exclude)
     user_row, group_row = session.get(UserRow, user), session.get(GroupRow, group)
     quota = Quota(
         groups={group: group_row.quota_gpus} if group_row is not None else {},
@@ -179,11 +180,11 @@ def quota_verdict(
 
 
 def check_quota(
-    ctx: ServerContext, session: Session, user: str, group: str, gpus: int, exclude_job: int | None = None
+    ctx: ServerContext, session: Session, user: str, group: str, gpus: int, exclude: Collection[int] = ()
 ) -> None:
     """Refuse (409) when high priority would exceed the user's or the group's quota."""
     ctx.store.lock_group(session, group)
-    verdict = quota_verdict(session, user, group, gpus, exclude_job)
+    verdict = quota_verdict(session, user, group, gpus, exclude)
     if not verdict.allowed:
         raise ApiError(409, f"high priority refused: {verdict.reason}", field="max_schedule", fix=QUOTA_FIX)
 
@@ -261,31 +262,55 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     return _Checked(submit, values, event, is_high(spec.max_schedule), res.gpus)
 
 
-def _store(ctx: ServerContext, s: Session, checked: _Checked, events: list[dict[str, Any]]) -> Outcome:
-    """Insert one checked submit in the open transaction `s`, or find its job by client_key; a new
-    job's event joins `events`, which the caller inserts for the whole batch in one statement.
+def _known(s: Session, checked: _Checked) -> Outcome:
+    """The job its owner submitted before with this submit's client_key: a retried submit's answer."""
+    caller, key = checked.submit.caller, checked.submit.request.client_key
+    known = _existing(s, caller, key) if key is not None else None
+    if known is None:  # the same key earlier in this batch, refused: stored alone, this one is new
+        raise RuntimeError(f"job with client_key {key!r} was neither inserted nor found")
+    current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
+    return job_view(known, current, time.time()), False
 
-    The insert itself finds a known key (the store's unique key per user), so a new job costs no
-    lookup. It comes before the quota check so that a retried submit gets its job back even when the
+
+def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcome]:
+    """Insert the checked submits in the open transaction `s`, then judge the high-priority ones'
+    quota in order; one outcome each.
+
+    One INSERT takes every row, with ids known beforehand, and finds the known keys itself (the
+    store's unique key per user): a row it skipped names a job submitted with that key already. The
+    insert comes before the quota check so that a retried submit gets its job back even when the
     quota is full by now; a refusal deletes the row again and is this submit's outcome alone.
     """
-    caller, key = checked.submit.caller, checked.submit.request.client_key
-    job_id = s.execute(_INSERT_JOB[ctx.store.dialect], checked.values).scalar()
-    if job_id is None:  # the caller's key names a job already
-        known = _existing(s, caller, key) if key is not None else None
-        if known is None:
-            raise RuntimeError(f"job with client_key {key!r} was neither inserted nor found")
-        current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
-        return job_view(known, current, time.time()), False
-    if checked.high:
-        try:
-            check_quota(ctx, s, caller.name, caller.group, checked.gpus, exclude_job=job_id)
-        except ApiError as refusal:
-            s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
-            return refusal
-    events.append({"job_id": job_id, **checked.event})
-    changes.job_changed(s, job_id)
-    return job_view(JobRow(id=job_id, **checked.values), None, checked.values["submitted_at"]), True
+    ids = ctx.store.job_ids(s, len(batch))
+    rows = [{"id": job_id, **c.values} for job_id, c in zip(ids, batch, strict=True)]
+    inserted = set(s.scalars(_INSERT_JOB[ctx.store.dialect], rows))
+    high = [job_id for job_id, c in zip(ids, batch, strict=True) if c.high and job_id in inserted]
+    for group in sorted({c.submit.caller.group for c in batch if c.high}):
+        # In one order, so that batches of other servers judging the same groups cannot deadlock.
+        ctx.store.lock_group(s, group)
+    outcomes: list[Outcome] = []
+    events: list[dict[str, Any]] = []
+    for job_id, checked in zip(ids, batch, strict=True):
+        if job_id not in inserted:
+            outcomes.append(_known(s, checked))
+            continue
+        if checked.high:
+            caller = checked.submit.caller
+            # This job and the batch's later high-priority ones are stored but not judged yet.
+            unjudged = high[high.index(job_id) :]
+            try:
+                check_quota(ctx, s, caller.name, caller.group, checked.gpus, exclude=unjudged)
+            except ApiError as refusal:
+                s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
+                outcomes.append(refusal)
+                continue
+        events.append({"job_id": job_id, **checked.event})
+        changes.job_changed(s, job_id)
+        view = job_view(JobRow(id=job_id, **checked.values), None, checked.values["submitted_at"])
+        outcomes.append((view, True))
+    if events:
+        s.execute(_INSERT_EVENT, events)
+    return outcomes
 
 
 def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
@@ -294,11 +319,7 @@ def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
     (`OperationalError`: locked, unreachable) fails them all at once instead of once per submit."""
     try:
         with ctx.store.write() as s:
-            events: list[dict[str, Any]] = []
-            outcomes = [_store(ctx, s, c, events) for c in checked]
-            if events:
-                s.execute(_INSERT_EVENT, events)
-            return outcomes
+            return _store(ctx, s, checked)
     except OperationalError as e:
         return [e] * len(checked)
     except Exception as e:

@@ -75,7 +75,7 @@ def test_usage_counts_unfinished_high_jobs_but_not_waiting_cancelled_ones(store:
             # A check for one user and group sums only theirs, and leaves out the job being promoted.
             promoted = next(r for r in rows if r.user_name == "alice" and r.max_schedule > 0
                             and r.state == "RUNNING" and not r.cancel_requested)  # fmt: skip
-            user, group = submission.high_usage(s, "alice", "vision", exclude_job=promoted.id)
+            user, group = submission.high_usage(s, "alice", "vision", exclude=(promoted.id,))
             all_user, all_group = _expected(rows, exclude=promoted.id)
             assert (user["alice"], group["vision"]) == (all_user["alice"], all_group["vision"])
             assert user["alice"] == expected[0]["alice"] - promoted.workers * promoted.gpus_per_worker
@@ -137,6 +137,16 @@ def _commits(store: Store) -> list[int]:
     return counted
 
 
+def _job_inserts(store: Store) -> list[int]:
+    counted = [0]
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        counted[0] += statement.startswith("INSERT INTO jobs ")
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    return counted
+
+
 def test_submits_stored_together_share_one_commit_and_each_gets_its_own_answer(api: Api) -> None:
     (first,) = submission.submit_all(api.ctx, [_submit(api, "old")])
     assert isinstance(first, tuple)
@@ -151,8 +161,10 @@ def test_submits_stored_together_share_one_commit_and_each_gets_its_own_answer(a
         _submit(api, "a"),  # the first one's key again, in the same batch
         _submit(api),
     ]
+    inserts = _job_inserts(api.ctx.store)
     retried, a, unknown, b, over, again, plain = submission.submit_all(api.ctx, batch)
     assert commits == [1]
+    assert inserts == [1]  # every row of the batch in one statement
     assert isinstance(retried, tuple) and retried[0].id == old.id and not retried[1]
     assert isinstance(a, tuple) and isinstance(b, tuple) and isinstance(plain, tuple)
     assert a[1] and b[1] and plain[1]
@@ -184,3 +196,13 @@ def test_a_submit_the_database_refuses_fails_alone_and_the_rest_of_its_batch_is_
             first[0].id,
             last[0].id,
         }
+
+
+def test_a_key_refused_by_the_quota_is_free_for_a_submit_later_in_the_same_batch(api: Api) -> None:
+    full = _submit(api, "full", resource_pkg=457, max_schedule=4)  # alice: 8/8
+    high = _submit(api, "k", resource_pkg=457, max_schedule=4)
+    _, over, low = submission.submit_all(api.ctx, [full, high, _submit(api, "k")])
+    assert isinstance(over, ApiError) and over.status == 409
+    assert isinstance(low, tuple) and low[1]
+    with api.ctx.store.read() as s:
+        assert s.scalars(select(JobRow.max_schedule).where(JobRow.client_key == "k")).one() == 0

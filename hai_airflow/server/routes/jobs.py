@@ -204,7 +204,7 @@ def promote_job(
             raise ApiError(409, f"job {job_id} is being cancelled", field="job_id", fix="Submit a new job")
         if not is_high(row.max_schedule):
             gpus = row.workers * row.gpus_per_worker
-            submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude_job=row.id)
+            submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude=(row.id,))
         old = row.max_schedule
         row.max_schedule = body.max_schedule
         add_event(s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller)
