@@ -53,7 +53,9 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
         lifespan=lifespan,
     )
     app.state.ctx = ctx
-    submissions: Submissions = Intake(partial(submission.submit_all, ctx), "hai-submissions")
+    submissions: Submissions = Intake(
+        partial(submission.submit_all, ctx), "hai-submissions", workers=submission.submit_threads(ctx)
+    )
     app.state.submissions = submissions
     install_handlers(app)
     app.add_middleware(RequestTimer, observe=ctx.metrics.observe_request)

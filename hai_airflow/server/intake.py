@@ -1,10 +1,11 @@
 """Group commit: requests hand their work to one thread, which does all that waits in one go.
 
 An `async` route awaits `Intake.put` on the event loop, so no request holds a pool thread while it
-waits for the database. The intake's thread takes whatever has queued up since it last looked (up
+waits for the database. An intake thread takes whatever has queued up since it last looked (up
 to `BATCH_LIMIT`) and passes it to `handle` at once: the API's submits share one transaction and
 one commit. `handle` gives one outcome per item, a value or the exception that item's request
-raises, so one refusal never fails the others.
+raises, so one refusal never fails the others. With more than one thread, a batch is checked while
+another waits for the database, so `handle` must be safe to run in several threads at once.
 """
 
 from __future__ import annotations
@@ -46,42 +47,47 @@ def _settle(answer: asyncio.Future[object], outcome: object) -> None:
 
 
 class Intake(Generic[Item, Result]):
-    """Items from any event loop, handled in batches by one thread of its own, which runs while there
-    is work (so an app that is never shut down leaves no thread behind).
+    """Items from any event loop, handled in batches by up to `workers` threads of its own, which run
+    while there is work (so an app that is never shut down leaves no thread behind).
 
     :param handle: the items of one batch to their outcomes, in order; an outcome that is an
         exception is raised to that item's caller.
     """
 
-    def __init__(self, handle: Callable[[list[Item]], list[Result | BaseException]], name: str):
+    def __init__(
+        self, handle: Callable[[list[Item]], list[Result | BaseException]], name: str, workers: int = 1
+    ):
         self.handle = handle
         self.name = name
+        self.workers = workers
         self._queue: queue.SimpleQueue[_Waiting[Item] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        self._threads: set[threading.Thread] = set()
 
     async def put(self, item: Item) -> Result:
         """Queue `item` and wait for its outcome."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[object] = loop.create_future()
         self._queue.put(_Waiting(item, loop, answer))
-        self._ensure_thread()
+        self._ensure_threads()
         return await answer  # type: ignore[return-value]
 
-    def _ensure_thread(self) -> None:
+    def _ensure_threads(self) -> None:
         with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
+            self._threads = {t for t in self._threads if t.is_alive()}
+            while len(self._threads) < self.workers:
+                thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._threads.add(thread)
+                thread.start()
 
     def stop(self) -> None:
-        """Handle what is queued, then end the thread (a later `put` starts it again)."""
+        """Handle what is queued, then end the threads (a later `put` starts them again)."""
         with self._lock:
-            thread, self._thread = self._thread, None
-            if thread is None:
-                return
-            self._queue.put(None)
-        thread.join()
+            threads, self._threads = self._threads, set()
+            for _ in threads:
+                self._queue.put(None)  # one each: a thread ends on the first it takes
+        for thread in threads:
+            thread.join()
 
     def _run(self) -> None:
         while True:
@@ -91,8 +97,7 @@ class Intake(Generic[Item, Result]):
                 with self._lock:
                     # Under the lock a `put` either queued already (seen here) or starts a new thread.
                     if self._queue.empty():
-                        if self._thread is threading.current_thread():
-                            self._thread = None
+                        self._threads.discard(threading.current_thread())
                         return
                 continue
             if first is None:

@@ -1,5 +1,6 @@
 """The intake: items queued while a batch is handled become the next batch, each item gets its own
-outcome, and the thread runs only while there is work."""
+outcome, a second thread handles a batch while the first still waits, and the threads run only
+while there is work."""
 
 from __future__ import annotations
 
@@ -119,3 +120,30 @@ def test_stop_answers_what_is_queued_before_the_thread_ends() -> None:
     assert not stopper.is_alive() and not caller.is_alive()
     assert answers == [0, 20, 40, 60]
     assert sum(len(b) for b in handler.batches) == 4
+
+
+def test_with_two_threads_a_batch_is_answered_while_another_still_waits() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def handle(items: list[int]) -> list[int | BaseException]:
+        if 0 in items:  # the first batch waits (as for the database) until released
+            entered.set()
+            release.wait(10)
+        return [i * 10 for i in items]
+
+    box: Intake[int, int] = Intake(handle, "test-intake-two", workers=2)
+    alive = lambda: [t for t in threading.enumerate() if t.name == "test-intake-two"]  # noqa: E731
+
+    async def scenario() -> tuple[int, bool, int]:
+        first = asyncio.ensure_future(box.put(0))
+        while not entered.is_set():
+            await asyncio.sleep(0.001)
+        later = await asyncio.wait_for(box.put(1), 5)
+        first_done = first.done()
+        release.set()
+        return later, first_done, await first
+
+    assert asyncio.run(scenario()) == (10, False, 0)
+    assert len(alive()) == 2
+    box.stop()
+    assert alive() == []

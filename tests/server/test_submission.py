@@ -4,6 +4,7 @@ scheduling rule `high_gpus` counts, and a known client_key is found by the inser
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import pytest
@@ -206,3 +207,42 @@ def test_a_key_refused_by_the_quota_is_free_for_a_submit_later_in_the_same_batch
     assert isinstance(low, tuple) and low[1]
     with api.ctx.store.read() as s:
         assert s.scalars(select(JobRow.max_schedule).where(JobRow.client_key == "k")).one() == 0
+
+
+def _race(api: Api, keys: list[str]) -> tuple[list[submission.Outcome], list[submission.Outcome]]:
+    """The same keys stored by two threads at once, one in order and one backwards; both outcomes in
+    the keys' order."""
+    answers: dict[str, list[submission.Outcome]] = {}
+    barrier = threading.Barrier(2)
+
+    def store(name: str, order: list[str]) -> None:
+        barrier.wait()
+        answers[name] = submission.submit_all(api.ctx, [_submit(api, k) for k in order])
+
+    threads = [
+        threading.Thread(target=store, args=("forward", keys)),
+        threading.Thread(target=store, args=("backward", keys[::-1])),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers["forward"], answers["backward"][::-1]
+
+
+def test_batches_racing_with_the_same_keys_store_each_job_once(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two intake threads may store a retry and its first try at once, in any order: neither batch
+    fails (as one would in a deadlock on the unique key, before being stored again one by one)."""
+    for round_ in range(3):
+        keys = [f"r{round_}-{i}" for i in range(40)]
+        forward, backward = _race(api, keys)
+        assert all(isinstance(o, tuple) for o in forward + backward), [*forward, *backward]
+        for one, other in zip(forward, backward, strict=True):
+            assert isinstance(one, tuple) and isinstance(other, tuple)
+            assert one[0].id == other[0].id and one[1] != other[1]  # one job, created once
+        with api.ctx.store.read() as s:
+            stored = s.scalars(select(JobRow.client_key).where(JobRow.client_key.in_(keys))).all()
+        assert sorted(stored) == sorted(keys)
+    assert not [r.getMessage() for r in caplog.records if r.name == "hai.server.submission"]
