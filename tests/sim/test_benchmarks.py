@@ -72,9 +72,10 @@ def test_server_bench_prints_every_figure_for_each_store():
     assert rows and rows[0][0] == "sqlite"
     for row in rows:
         # 30 jobs stored; the planner cycle timed over 25 s: its cycles, and (in brackets) the plans
-        # a settled cluster makes every 10 s, at least two in that window.
+        # a settled cluster makes every 10 s. Two or three fall in that window on a quiet machine; a
+        # busy one can delay one past its end, so only some plan is required here.
         assert row[-5] == "30" and row[-4] != "0.0" and int(row[-2]) > 0, row
-        assert int(row[-1].strip("()")) >= 2, row
+        assert int(row[-1].strip("()")) >= 1, row
     loaded = [line for line in lines if "under load" in line]
     assert len(loaded) == len(rows), done.stdout
     for line in loaded:
