@@ -1,4 +1,4 @@
-"""Group commit: requests hand their work to one thread, which does all that waits in one go.
+"""Group commit: requests hand their work to the intake's threads, which do all that waits in one go.
 
 An `async` route awaits `Intake.put` on the event loop, so no request holds a pool thread while it
 waits for the database. An intake thread takes whatever has queued up since it last looked (up
