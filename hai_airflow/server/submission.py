@@ -179,14 +179,19 @@ def quota_verdict(
     return judge(user, group, gpus, per_user.get(user, 0), per_group.get(group, 0), quota)
 
 
+def _require_quota(session: Session, user: str, group: str, gpus: int, exclude: Collection[int]) -> None:
+    """Refuse (409) when high priority would exceed the quota; the caller holds `group`'s lock."""
+    verdict = quota_verdict(session, user, group, gpus, exclude)
+    if not verdict.allowed:
+        raise ApiError(409, f"high priority refused: {verdict.reason}", field="max_schedule", fix=QUOTA_FIX)
+
+
 def check_quota(
     ctx: ServerContext, session: Session, user: str, group: str, gpus: int, exclude: Collection[int] = ()
 ) -> None:
     """Refuse (409) when high priority would exceed the user's or the group's quota."""
     ctx.store.lock_group(session, group)
-    verdict = quota_verdict(session, user, group, gpus, exclude)
-    if not verdict.allowed:
-        raise ApiError(409, f"high priority refused: {verdict.reason}", field="max_schedule", fix=QUOTA_FIX)
+    _require_quota(session, user, group, gpus, exclude)
 
 
 def _existing(session: Session, caller: Caller, key: str) -> JobRow | None:
@@ -287,9 +292,10 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
     # for each other on the unique key in the same order, so they cannot deadlock.
     rows.sort(key=lambda r: (r["user_name"], r["client_key"] or ""))
     inserted = set(s.scalars(_INSERT_JOB[ctx.store.dialect], rows))
-    high = [job_id for job_id, c in zip(ids, batch, strict=True) if c.high and job_id in inserted]
-    for group in sorted({c.submit.caller.group for c in batch if c.high}):
-        # In one order, so that batches of other servers judging the same groups cannot deadlock.
+    judged = [(job_id, c) for job_id, c in zip(ids, batch, strict=True) if c.high and job_id in inserted]
+    high = [job_id for job_id, _ in judged]
+    for group in sorted({c.submit.caller.group for _, c in judged}):
+        # Each group once, in one order, so that batches of other servers cannot deadlock.
         ctx.store.lock_group(s, group)
     outcomes: list[Outcome] = []
     events: list[dict[str, Any]] = []
@@ -302,7 +308,7 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
             # This job and the batch's later high-priority ones are stored but not judged yet.
             unjudged = high[high.index(job_id) :]
             try:
-                check_quota(ctx, s, caller.name, caller.group, checked.gpus, exclude=unjudged)
+                _require_quota(s, caller.name, caller.group, checked.gpus, unjudged)
             except ApiError as refusal:
                 s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
                 outcomes.append(refusal)

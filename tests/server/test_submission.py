@@ -138,11 +138,12 @@ def _commits(store: Store) -> list[int]:
     return counted
 
 
-def _job_inserts(store: Store) -> list[int]:
+def _statements(store: Store, start: str) -> list[int]:
+    """How many statements beginning with `start` the store sends from now on."""
     counted = [0]
 
     def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        counted[0] += statement.startswith("INSERT INTO jobs ")
+        counted[0] += statement.startswith(start)
 
     event.listen(store.engine, "before_cursor_execute", count)
     return counted
@@ -162,10 +163,13 @@ def test_submits_stored_together_share_one_commit_and_each_gets_its_own_answer(a
         _submit(api, "a"),  # the first one's key again, in the same batch
         _submit(api),
     ]
-    inserts = _job_inserts(api.ctx.store)
+    inserts = _statements(api.ctx.store, "INSERT INTO jobs ")
+    locks = _statements(api.ctx.store, "SELECT name FROM groups WHERE name = ")
     retried, a, unknown, b, over, again, plain = submission.submit_all(api.ctx, batch)
     assert commits == [1]
     assert inserts == [1]  # every row of the batch in one statement
+    # Two high-priority jobs of one group are judged under one lock (SQLite's write lock is enough).
+    assert locks == [0 if api.ctx.store.is_sqlite else 1]
     assert isinstance(retried, tuple) and retried[0].id == old.id and not retried[1]
     assert isinstance(a, tuple) and isinstance(b, tuple) and isinstance(plain, tuple)
     assert a[1] and b[1] and plain[1]
