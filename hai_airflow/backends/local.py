@@ -12,7 +12,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -308,7 +308,7 @@ class LocalBackend:
             adopted, lost = read_handles(fresh, self.name, _adopt)
             for inst in adopted:
                 self._instances[inst.instance_id] = inst
-                ended = self._advance(inst, now)
+                ended = self._advance(inst, now, _exited([inst]))
                 if ended is None:
                     self._live[inst.instance_id] = inst
                 else:
@@ -517,8 +517,10 @@ class LocalBackend:
         now = time.monotonic()
         with self._lock:
             before = len(self._ended)
-            for inst in list(self._live.values()):
-                ended = self._advance(inst, now)
+            live = list(self._live.values())
+            exited = _exited(live)
+            for inst in live:
+                ended = self._advance(inst, now, exited)
                 if ended is not None:
                     del self._live[inst.instance_id]
                     self._ended.append(ended)
@@ -526,12 +528,13 @@ class LocalBackend:
         if notify and ended_now and self.on_exit is not None:
             self.on_exit()
 
-    def _advance(self, inst: _Instance, now: float) -> Exit | None:
-        """Check the instance's workers, stop the rest after a failure or a grace; its Exit once all ended."""
+    def _advance(self, inst: _Instance, now: float, exited: Container[int]) -> Exit | None:
+        """Check the instance's workers (`exited`: the pidfds that have ended), stop the rest after a
+        failure or a grace; its Exit once all ended."""
         if inst.ended:
             return None
         for w in inst.workers:
-            _check(w)
+            _check(w, exited)
         running = [w for w in inst.workers if not w.done]
         if inst.culprit is None:
             inst.culprit = next((w for w in inst.workers if w.done and w.exit_code != 0), None)
@@ -593,10 +596,16 @@ def _unwatch(w: _Worker) -> None:
         w.exit_fd = None
 
 
-def _has_exited(pidfd: int) -> bool:
+def _exited(instances: Iterable[_Instance]) -> set[int]:
+    """The pidfds of these instances' running workers whose process has ended, asked in one system call:
+    one per worker would hand the interpreter lock to the API's threads and wait to get it back, each
+    time, for every sweep."""
     poller = select.poll()
-    poller.register(pidfd, select.POLLIN)
-    return bool(poller.poll(0))
+    for inst in instances:
+        for w in inst.workers:
+            if not w.done and w.exit_fd is not None:
+                poller.register(w.exit_fd, select.POLLIN)
+    return {fd for fd, _ in poller.poll(0)}
 
 
 def worker_log_path(log_path: Path, rank: int) -> Path:
@@ -604,12 +613,13 @@ def worker_log_path(log_path: Path, rank: int) -> Path:
     return log_path.with_name(f"{log_path.stem}.worker{rank}{log_path.suffix}")
 
 
-def _check(w: _Worker) -> None:
-    """Record the worker's end if it has ended: the exit file, else killed by us, else lost."""
+def _check(w: _Worker, exited: Container[int]) -> None:
+    """Record the worker's end if it has ended (its pidfd among `exited`, or without one, its process
+    gone): the exit file, else killed by us, else lost."""
     if w.done:
         return
     if w.exit_fd is not None:
-        if not _has_exited(w.exit_fd):
+        if w.exit_fd not in exited:
             return
         _unwatch(w)
     elif procs.is_alive(w.pid, w.started):
