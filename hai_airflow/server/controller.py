@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +32,9 @@ from hai_airflow.server.snapshot import WAITING, StoreView
 from hai_airflow.server.tables import InstanceRow, JobRow
 
 log = logging.getLogger("hai.server.controller")
+
+_Seen = tuple[Exit, Checkpoint | None, str | None]
+"""An exit to record, with the newest checkpoint and the failure hint its instance's files gave."""
 
 
 TICK_SECONDS = 1.0
@@ -71,7 +75,10 @@ class Controller:
         self._last_resync = 0.0
         self._settled_at = 0.0
         self._unapplied: list[Exit] = []
-        """Exits taken from the backend whose write failed for want of the store: written next step."""
+        """Exits taken from the backend whose write failed (for want of the store, or for a fault of
+        their own): written next step."""
+        self._failures: dict[int, int] = {}
+        """Failed writes so far of each exit in `_unapplied` that failed for a fault of its own."""
         self.follower = StoreFollower(ctx.config.server.policy)
         """The store as this controller keeps it between cycles (read whole on taking the lease)."""
         self.settled: Settled | None = None
@@ -133,13 +140,13 @@ class Controller:
         exits = self._unapplied + self.backend.poll()
         if exits:
             try:
-                self.apply_exits(exits)
+                failed = self.apply_exits(exits)
             except OperationalError:
                 # The backend reports an exit once: kept until the store takes it (a restart would
                 # learn it again from the exit files).
                 self._unapplied = exits
                 raise
-            self._unapplied = []
+            self._unapplied = self._again(failed)
         woken = self._woken and now >= self._settled_at
         if force or exits or woken or now - self._last_cycle >= TICK_SECONDS:
             self._woken = False
@@ -196,7 +203,7 @@ class Controller:
             self.backend.reap(i.id, Path(i.work_dir))
             lost.append(Exit(i.id, None, "the server stopped before the instance was started", lost=True))
         if lost:
-            self.apply_exits(lost)
+            self._unapplied += self._again(self.apply_exits(lost))
         gone = {e.instance_id for e in lost}
         for i in live:
             # A stop asked for before the restart is asked again: the old controller may have died first.
@@ -212,26 +219,73 @@ class Controller:
 
     # ---- exits --------------------------------------------------------------------------------
 
-    def apply_exits(self, exits: list[Exit]) -> None:
+    def apply_exits(self, exits: list[Exit]) -> list[Exit]:
         """Record how instances ended, all in one write: a wave of jobs ends together (the local
-        backend reports the exits it saw at once), so each costs statements, not transactions."""
+        backend reports the exits it saw at once), so each costs statements, not transactions.
+
+        Returns the exits not recorded. When the write fails for something one exit may have caused,
+        each is written again in its own transaction, so that fault is that exit's alone; an unusable
+        store (`OperationalError`) fails them all at once and raises.
+        """
         with self.ctx.store.read() as s:
             insts, jobs = self._rows_of(s, exits)
         # What needs the file system comes before the transaction: newest checkpoints, failure hints.
-        seen: list[tuple[Exit, Checkpoint | None, str | None]] = []
+        seen: list[_Seen] = []
         for ex in exits:
             inst = insts.get(ex.instance_id)
             job = jobs.get(inst.job_id) if inst is not None else None
             if inst is None or job is None or inst.ended_at is not None:
                 continue
+            seen.append((ex, *self._findings(job, inst, ex)))
+        if not seen:
+            return []
+        failed = self._write_exits(seen)
+        self.ctx.changed.notify()
+        self.ctx.wakeup.set()
+        return failed
+
+    def _findings(self, job: JobRow, inst: InstanceRow, ex: Exit) -> tuple[Checkpoint | None, str | None]:
+        """The instance's newest checkpoint and a hint at why it failed, from its files; neither when
+        they cannot be read: the exit is recorded all the same."""
+        try:
             final = self._checkpoint_of(job.user_name, job.group_name, inst)
             hint = None
             if not ex.lost and ex.exit_code not in (0, None) and inst.stop_kind is None:
                 last = logs.read_tail(Path(inst.log_path), HINT_LOG_LINES, home=self.ctx.home)
                 hint = failure_hint(job.gpu_type, last)
-            seen.append((ex, final, hint))
-        if not seen:
-            return
+        except Exception:
+            log.exception(
+                "reading the files of instance %d failed; its exit is recorded without them", inst.id
+            )
+            return None, None
+        return final, hint
+
+    def _write_exits(self, seen: list[_Seen]) -> list[Exit]:
+        """Write the exits in one transaction, else each in its own; returns the exits not written."""
+        try:
+            self._write_ended(seen)
+        except (OperationalError, lease.LeaseLost):
+            raise
+        except Exception:
+            if len(seen) > 1:
+                return [ex for one in seen for ex in self._write_exits([one])]
+            ex = seen[0][0]
+            failures = self._failures.get(ex.instance_id, 0)
+            if failures == 0 or math.log10(failures).is_integer():  # the first, the 10th, the 100th...
+                log.exception(
+                    "recording the exit of instance %d failed (%d times before)", ex.instance_id, failures
+                )
+            return [ex]
+        return []
+
+    def _again(self, failed: list[Exit]) -> list[Exit]:
+        """The exits to write again at the next step: all that failed (an exit is never dropped: the
+        backend reports it once); the others are written meanwhile."""
+        self._failures = {ex.instance_id: self._failures.get(ex.instance_id, 0) + 1 for ex in failed}
+        return failed
+
+    def _write_ended(self, seen: list[_Seen]) -> None:
+        """One transaction for the exits: each one's checkpoint, the instance's end, the job's state."""
         ended: list[tuple[Exit, int, transitions.Outcome, float]] = []
         with self._write() as s:
             insts, jobs = self._rows_of(s, [ex for ex, _, _ in seen])
@@ -253,8 +307,6 @@ class Controller:
         for ex, job_id, outcome, lost in ended:
             self.ctx.metrics.instance_ended(outcome.end_reason, outcome.job_state == "SUSPENDED", lost)
             log.info("instance %d of job %d ended: %s", ex.instance_id, job_id, outcome.reason)
-        self.ctx.changed.notify()
-        self.ctx.wakeup.set()
 
     @staticmethod
     def _rows_of(s: Session, exits: list[Exit]) -> tuple[dict[int, InstanceRow], dict[int, JobRow]]:

@@ -16,6 +16,8 @@ from sqlalchemy.exc import OperationalError
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import Handle, Launch
 from hai_airflow.backends.local import LocalBackend
+from hai_airflow.server import controller as controller_module
+from hai_airflow.server import transitions
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import LeaseLost
 from hai_airflow.server.tables import LeaseRow
@@ -312,6 +314,61 @@ def test_an_exit_whose_write_failed_for_want_of_the_store_is_written_at_the_next
     run.step()
     done = run.job(job["id"])
     assert (done["state"], instances(run, job["id"])[0]["exit_code"]) == ("FAILED", 4)
+
+
+def _gated_pair(run: Api, codes: tuple[int, int]) -> tuple[list[dict[str, Any]], list[int]]:
+    """Two running jobs that exit (with `codes`) when the test lets them, and their instance ids."""
+    go = run.code / "go"
+    jobs = [
+        run.submit(cmd=f"while [ ! -e {go} ]; do sleep 0.02; done; exit {code}", resource_pkg=454)
+        for code in codes
+    ]
+    for job in jobs:
+        run.until_state(job["id"], "RUNNING")
+    insts = [instances(run, j["id"])[0]["id"] for j in jobs]
+    workers = [json.loads(_handle(run, i))["workers"][0] for i in insts]
+    go.touch()
+    for w in workers:  # both have ended before the controller looks again
+        while procs.is_alive(w["pid"], w["start_time"]):
+            time.sleep(0.02)
+    return jobs, insts
+
+
+def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wave_is_written(
+    run: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = transitions.instance_ended
+    faulty: set[int] = set()
+
+    def ended(s: Any, job: Any, inst: Any, *rest: Any) -> None:  # a fault in one exit's write, injected
+        if inst.id in faulty:
+            raise ValueError(f"cannot record instance {inst.id}")
+        real(s, job, inst, *rest)
+
+    monkeypatch.setattr(transitions, "instance_ended", ended)
+    (good, bad), (_, bad_inst) = _gated_pair(run, (0, 5))
+    faulty.add(bad_inst)
+    run.step()
+    assert run.job(good["id"])["state"] == "SUCCEEDED"  # written in its own transaction
+    assert run.job(bad["id"])["state"] == "RUNNING"
+    run.step()  # tried again, failing again: still kept
+    assert run.job(bad["id"])["state"] == "RUNNING"
+    faulty.clear()
+    run.step()
+    assert (run.job(bad["id"])["state"], instances(run, bad["id"])[0]["exit_code"]) == ("FAILED", 5)
+
+
+def test_an_exit_whose_files_cannot_be_read_is_recorded_without_a_hint(
+    run: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreadable(*_args: Any, **_kwargs: Any) -> str:  # the log's disk failing; injected
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(controller_module.logs, "read_tail", unreadable)
+    (ok, failed), _ = _gated_pair(run, (0, 3))
+    run.step()
+    assert [run.job(j["id"])["state"] for j in (ok, failed)] == ["SUCCEEDED", "FAILED"]
+    assert instances(run, failed["id"])[0]["exit_code"] == 3
 
 
 def test_restart_reattaches_live_instances_and_requeues_lost_ones(run: Api) -> None:
