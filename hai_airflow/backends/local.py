@@ -12,6 +12,7 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,9 @@ log = logging.getLogger(__name__)
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 HANDLE_VERSION = 1
 REAP_WAIT_SECONDS = 5.0
+ENDED_KEPT = 1024
+"""Ended instances the backend still knows (their logs readable through it), the latest to end; older
+ones are forgotten, so a server's memory does not grow with every job it ever ran."""
 """How long `reap` waits for SIGKILLed process groups to be gone."""
 
 
@@ -194,7 +198,10 @@ class LocalBackend:
         self.home = home
         self._lock = threading.RLock()
         self._instances: dict[int, _Instance] = {}
-        """Every instance started or adopted, ended ones too (their logs stay readable)."""
+        """Every instance started or adopted and not ended, and the last ENDED_KEPT that ended (their
+        logs stay readable)."""
+        self._ended_order: deque[int] = deque()
+        """The ended instances in `_instances`, in the order they ended."""
         self._live: dict[int, _Instance] = {}
         """The instances not ended yet: what a sweep checks, so its cost follows the running ones."""
         self._ended: list[Exit] = []
@@ -312,6 +319,7 @@ class LocalBackend:
                 if ended is None:
                     self._live[inst.instance_id] = inst
                 else:
+                    self._keep_ended(inst.instance_id)
                     (lost if ended.lost else self._ended).append(ended)
         self._ensure_watcher()
         return lost
@@ -523,10 +531,19 @@ class LocalBackend:
                 ended = self._advance(inst, now, exited)
                 if ended is not None:
                     del self._live[inst.instance_id]
+                    self._keep_ended(inst.instance_id)
                     self._ended.append(ended)
             ended_now = len(self._ended) > before
         if notify and ended_now and self.on_exit is not None:
             self.on_exit()
+
+    def _keep_ended(self, instance_id: int) -> None:
+        """Count an instance among the ended ones kept, forgetting the oldest beyond ENDED_KEPT."""
+        self._ended_order.append(instance_id)
+        while len(self._ended_order) > ENDED_KEPT:
+            oldest = self._instances.get(self._ended_order.popleft())
+            if oldest is not None and oldest.ended:  # not an id started again since
+                del self._instances[oldest.instance_id]
 
     def _advance(self, inst: _Instance, now: float, exited: Container[int]) -> Exit | None:
         """Check the instance's workers (`exited`: the pidfds that have ended), stop the rest after a

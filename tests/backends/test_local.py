@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends import procs
+from hai_airflow.backends import local, procs
 from hai_airflow.backends.base import StartError
 
 from .conftest import Cluster
@@ -238,3 +238,20 @@ def test_a_worker_that_cannot_be_started_leaves_none_of_the_instance_running(
     while procs.start_time(first) is not None:
         assert time.monotonic() < deadline, "worker 0 was left running"
         time.sleep(0.02)
+
+
+def test_the_backend_forgets_the_oldest_ended_instances_beyond_the_ones_it_keeps(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local, "ENDED_KEPT", 2)
+    started = []
+    for i in range(3):
+        started.append(cluster.start(f"echo run{i}"))
+        cluster.wait(started[-1].instance_id)
+    running = cluster.start("sleep 30")
+    with pytest.raises(KeyError):
+        cluster.backend.read_log(started[0].instance_id)  # memory stays bounded on a long-lived server
+    assert [log_lines(cluster, h.instance_id) for h in started[1:]] == [["run1"], ["run2"]]
+    assert log_lines(cluster, running.instance_id) == []  # a running one is never forgotten
+    cluster.backend.stop(running.instance_id, 0, False)
+    assert cluster.wait(running.instance_id).exit_code is not None
