@@ -250,3 +250,18 @@ def test_batches_racing_with_the_same_keys_store_each_job_once(
             stored = s.scalars(select(JobRow.client_key).where(JobRow.client_key.in_(keys))).all()
         assert sorted(stored) == sorted(keys)
     assert not [r.getMessage() for r in caplog.records if r.name == "hai.server.submission"]
+
+
+def test_a_batch_inserts_its_rows_in_key_order_whatever_order_its_submits_came_in(api: Api) -> None:
+    """What keeps the racing batches above from deadlocking: each inserts by (user, client_key), so
+    two inserting the same keys wait for each other on the unique key in one order."""
+    inserted: list[list[str]] = []
+
+    def seen(_conn: Any, clause: Any, multiparams: Any, *_rest: Any) -> None:
+        if str(clause).startswith("INSERT INTO jobs "):
+            inserted.append([row["client_key"] for row in multiparams])
+
+    event.listen(api.ctx.store.engine, "before_execute", seen)
+    keys = [f"k{i}" for i in range(6)]
+    submission.submit_all(api.ctx, [_submit(api, k) for k in [keys[3], *keys[:3][::-1], *keys[4:][::-1]]])
+    assert inserted == [keys]
