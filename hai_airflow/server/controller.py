@@ -47,6 +47,10 @@ SETTLE_FACTOR x t after it ended: under a stream of submissions the controller p
 half the time, leaving the rest to the API, and a burst is planned in one cycle. Exits plan at once."""
 RENEW_SECONDS = 2.0
 CHECKPOINT_SCAN_SECONDS = 2.0
+"""How often the running jobs' model dirs are scanned for a newer checkpoint, at most."""
+SCAN_SHARE = 0.1
+"""And no more than this share of the controller's time: a scan that took t seconds (a thousand
+running jobs' dirs) waits t / SCAN_SHARE for the next, so cycles are not held up behind scans."""
 RESYNC_SECONDS = 300.0
 """How often the kept copy of the store is checked against a full read (and replaced by it)."""
 FEED_KEPT_SECONDS = 3600.0
@@ -71,6 +75,7 @@ class Controller:
         self._woken = True
         self._last_cycle = 0.0
         self._last_scan = 0.0
+        self._scan_every = CHECKPOINT_SCAN_SECONDS
         self._last_renew = 0.0
         self._last_resync = 0.0
         self._settled_at = 0.0
@@ -155,9 +160,12 @@ class Controller:
                 self.cycle()
             ended = time.time()
             self._settled_at = ended + SETTLE_FACTOR * (ended - now)
-        if now - self._last_scan >= CHECKPOINT_SCAN_SECONDS:
+        if now - self._last_scan >= self._scan_every:
             self._last_scan = now
+            started = time.monotonic()
             self.scan_checkpoints()
+            took = time.monotonic() - started
+            self._scan_every = max(CHECKPOINT_SCAN_SECONDS, took / SCAN_SHARE)
 
     def _acquire(self, now: float) -> bool:
         with self.ctx.store.write() as s:

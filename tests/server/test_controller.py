@@ -18,7 +18,7 @@ from hai_airflow.backends.base import Handle, Launch
 from hai_airflow.backends.local import LocalBackend
 from hai_airflow.server import controller as controller_module
 from hai_airflow.server import transitions
-from hai_airflow.server.controller import Controller
+from hai_airflow.server.controller import CHECKPOINT_SCAN_SECONDS, Controller
 from hai_airflow.server.lease import LeaseLost
 from hai_airflow.server.tables import LeaseRow
 from tests.server.conftest import Api
@@ -314,6 +314,29 @@ def test_an_exit_whose_write_failed_for_want_of_the_store_is_written_at_the_next
     run.step()
     done = run.job(job["id"])
     assert (done["state"], instances(run, job["id"])[0]["exit_code"]) == ("FAILED", 4)
+
+
+def test_a_slow_checkpoint_scan_waits_longer_for_the_next_so_cycles_are_not_held_up(
+    run: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller = run.controller
+    assert controller is not None
+    scans: list[float] = []
+
+    def slow() -> None:  # the model dirs of a thousand running jobs, stood in for by a pause
+        scans.append(time.monotonic())
+        time.sleep(0.3)
+
+    monkeypatch.setattr(controller, "scan_checkpoints", slow)
+    controller._last_scan = 0.0
+    run.step()
+    assert len(scans) == 1
+    controller._last_scan -= CHECKPOINT_SCAN_SECONDS  # the usual interval has passed
+    run.step()
+    assert len(scans) == 1  # 0.3 s of scanning waits 3 s (SCAN_SHARE 0.1), not 2 s
+    controller._last_scan -= 1.5
+    run.step()
+    assert len(scans) == 2
 
 
 def _gated_pair(run: Api, codes: tuple[int, int]) -> tuple[list[dict[str, Any]], list[int]]:
