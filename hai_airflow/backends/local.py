@@ -58,10 +58,10 @@ log = logging.getLogger(__name__)
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 HANDLE_VERSION = 1
 REAP_WAIT_SECONDS = 5.0
+"""How long `reap` waits for SIGKILLed process groups to be gone."""
 ENDED_KEPT = 1024
 """Ended instances the backend still knows (their logs readable through it), the latest to end; older
 ones are forgotten, so a server's memory does not grow with every job it ever ran."""
-"""How long `reap` waits for SIGKILLed process groups to be gone."""
 
 
 class LocalOptions(BaseModel):
