@@ -313,9 +313,10 @@ class LocalBackend:
         with self._lock:
             fresh = [h for h in handles if h.instance_id not in self._instances]
             adopted, lost = read_handles(fresh, self.name, _adopt)
+            exited = _exited(adopted)
             for inst in adopted:
                 self._instances[inst.instance_id] = inst
-                ended = self._advance(inst, now, _exited([inst]))
+                ended = self._advance(inst, now, exited)
                 if ended is None:
                     self._live[inst.instance_id] = inst
                 else:

@@ -210,8 +210,9 @@ class Controller:
             # must be gone before the job is requeued, or it would run twice on the same GPUs.
             self.backend.reap(i.id, Path(i.work_dir))
             lost.append(Exit(i.id, None, "the server stopped before the instance was started", lost=True))
-        if lost:
-            self._unapplied += self._again(self.apply_exits(lost))
+        if lost or self._unapplied:
+            # With the exits still unwritten, as a step does: each keeps its count of failed writes.
+            self._unapplied = self._again(self.apply_exits(self._unapplied + lost))
         gone = {e.instance_id for e in lost}
         for i in live:
             # A stop asked for before the restart is asked again: the old controller may have died first.

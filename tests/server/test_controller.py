@@ -376,6 +376,11 @@ def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wav
     assert run.job(bad["id"])["state"] == "RUNNING"
     run.step()  # tried again, failing again: still kept
     assert run.job(bad["id"])["state"] == "RUNNING"
+    controller = run.controller
+    assert controller is not None and controller._failures == {bad_inst: 2}
+    controller.reattach()  # as on taking the lease again: tried with the lost ones, counted on
+    assert [ex.instance_id for ex in controller._unapplied] == [bad_inst]
+    assert controller._failures == {bad_inst: 3}
     faulty.clear()
     run.step()
     assert (run.job(bad["id"])["state"], instances(run, bad["id"])[0]["exit_code"]) == ("FAILED", 5)
