@@ -299,6 +299,7 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
         ctx.store.lock_group(s, group)
     outcomes: list[Outcome] = []
     events: list[dict[str, Any]] = []
+    judging = 0  # the position in `high` of the next high-priority job judged
     for job_id, checked in zip(ids, batch, strict=True):
         if job_id not in inserted:
             outcomes.append(_known(s, checked))
@@ -306,7 +307,8 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
         if checked.high:
             caller = checked.submit.caller
             # This job and the batch's later high-priority ones are stored but not judged yet.
-            unjudged = high[high.index(job_id) :]
+            unjudged = high[judging:]
+            judging += 1
             try:
                 _require_quota(s, caller.name, caller.group, checked.gpus, unjudged)
             except ApiError as refusal:
