@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from hai_airflow.http11 import Http, Reply, TransportError, server_url
+from hai_airflow.http11 import Http, Reply, TransportError, proxy_for, server_url
 from hai_airflow.spec import (
     ON_BEHALF_OF,
     InstanceView,
@@ -119,15 +119,25 @@ def resolve_connection(
 
 
 def usable(connection: Connection) -> Connection:
-    """The connection, if its server URL is one a client can use."""
+    """The connection, if its server URL, and the proxy the environment names for it, can be used."""
     try:
-        server_url(connection.server)
+        url = server_url(connection.server)
     except ValueError:
         raise HaiError(
             2,
             f"the server URL {connection.server!r} is not usable",
             field="server",
             fix="Give one like http://127.0.0.1:8765 (--server, HAI_SERVER or $HAI_HOME/client.toml)",
+        ) from None
+    try:
+        proxy_for(url)
+    except ValueError as e:
+        raise HaiError(
+            2,
+            str(e),
+            field=f"{url.scheme}_proxy",
+            fix="Set it to http://host:port (with user:password@ if the proxy asks), or name the "
+            "server's host in no_proxy",
         ) from None
     return connection
 

@@ -5,22 +5,27 @@ A request through httpx cost about four times the CPU of the same request throug
 through httpx spent more CPU than the server they submitted to. The async client, whose requests are
 few and mostly long polls, stays on httpx.
 
-Proxy variables (`HTTP_PROXY`, ...) are not used: the client connects to the server's URL directly.
+A proxy comes from the environment as for curl, httpx and the async client: `https_proxy` or
+`http_proxy` (either case), unless `no_proxy` names the server's host. A request to an `http://`
+server goes to the proxy with the whole URL as its target; one to an `https://` server goes through a
+`CONNECT` tunnel, so the proxy never sees the token.
 """
 
 from __future__ import annotations
 
+import base64
 import codecs
 import http.client
 import json as jsonlib
 import select
 import ssl
 import threading
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, urlencode, urlsplit
+from urllib.parse import SplitResult, unquote, urlencode, urlsplit
 
 
 class TransportError(Exception):
@@ -91,6 +96,31 @@ def server_url(base_url: str) -> SplitResult:
     return url
 
 
+def proxy_for(url: SplitResult) -> SplitResult | None:
+    """The proxy the environment names for the server at `url`, or None (none named, or `no_proxy`
+    covers its host); ValueError, naming the variable, for one that is not ``http://[user:pass@]host:port``."""
+    proxy = urllib.request.getproxies().get(url.scheme)
+    host = url.hostname or ""
+    if not proxy or urllib.request.proxy_bypass(f"{host}:{url.port}" if url.port else host):
+        return None
+    parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"{url.scheme}_proxy {proxy!r} is not an http://host:port proxy")
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        raise ValueError(f"{url.scheme}_proxy {proxy!r} has a port that is not a number") from None
+    return parts
+
+
+def _proxy_authorization(proxy: SplitResult) -> dict[str, str]:
+    """The `Proxy-Authorization` header for the proxy URL's user and password, if it names any."""
+    if proxy.username is None:
+        return {}
+    pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+    return {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+
+
 class Http:
     """Requests to one server over kept-alive connections: one per request in flight, so threads may
     share it. A connection the server closed while idle is not used again. A request is never sent
@@ -109,6 +139,12 @@ class Http:
         self._prefix = url.path.rstrip("/")
         self._headers = dict(headers)
         self._timeout = timeout
+        self._proxy = proxy_for(url)
+        self._origin = ""
+        """What comes before the path in a request's target: the server itself, through a proxy."""
+        if self._proxy is not None and not self._https:
+            self._origin = f"http://{url.netloc.rpartition('@')[2]}"
+            self._headers |= _proxy_authorization(self._proxy)
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
 
@@ -154,7 +190,7 @@ class Http:
         if json is not None:
             body = jsonlib.dumps(json, separators=(",", ":")).encode()
             headers["Content-Type"] = "application/json"
-        target = self._prefix + path + query(params)
+        target = self._origin + self._prefix + path + query(params)
         conn = self._take()
         try:
             response = self._send(conn, method, target, body, headers, wait)
@@ -203,8 +239,13 @@ class Http:
         return self._connect()
 
     def _connect(self) -> http.client.HTTPConnection:
-        if self._https:
-            return http.client.HTTPSConnection(
-                self._host, self._port, timeout=self._timeout, context=ssl.create_default_context()
-            )
-        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        host, port = self._host, self._port
+        if self._proxy is not None:
+            host, port = self._proxy.hostname or "", self._proxy.port or 80
+        if not self._https:
+            return http.client.HTTPConnection(host, port, timeout=self._timeout)
+        context = ssl.create_default_context()
+        conn = http.client.HTTPSConnection(host, port, timeout=self._timeout, context=context)
+        if self._proxy is not None:
+            conn.set_tunnel(self._host, self._port or 443, headers=_proxy_authorization(self._proxy))
+        return conn

@@ -3,13 +3,15 @@ whose handler records what reached it)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -165,3 +167,83 @@ def test_a_server_url_that_is_not_usable_is_refused_naming_the_field(bad: str) -
         HaiClient(server=bad, token="t")
     assert caught.value.status == 2 and caught.value.field == "server"
     assert "http://127.0.0.1:8765" in caught.value.message
+
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "no_proxy", "all_proxy", "request_method")
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No proxy variable but those a test sets."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_http_proxy_from_the_environment_gets_the_whole_url_unless_no_proxy_names_the_host(
+    server: Any, environment: pytest.MonkeyPatch
+) -> None:
+    url, seen, _ = server
+    target = f"http://127.0.0.1:{_closed_port()}/api"  # nothing listens: only the proxy can answer
+    environment.setenv("http_proxy", url.replace("http://", "http://ann:p%40ss@"))
+    reply = Http(target, {"Authorization": "Bearer t"}, timeout=5).request("GET", "/jobs", params={"a": 1})
+    assert reply.json()["path"] == f"{target}/jobs?a=1"
+    headers = seen.requests[-1]["headers"]
+    assert headers["Proxy-Authorization"] == "Basic " + base64.b64encode(b"ann:p@ss").decode()
+    assert headers["Authorization"] == "Bearer t"
+    environment.setenv("no_proxy", "localhost,127.0.0.1")
+    with pytest.raises(TransportError) as caught:
+        Http(target, {}, timeout=5).request("GET", "/jobs")
+    assert caught.value.kind == "ConnectionRefusedError"  # went straight to the server
+    assert len(seen.requests) == 1
+
+
+class Tunnels(BaseHTTPRequestHandler):
+    """A proxy that records each CONNECT and refuses it (what passes through a tunnel is TLS)."""
+
+    protocol_version = "HTTP/1.1"
+    asked: ClassVar[list[tuple[str, str | None]]] = []
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_CONNECT(self) -> None:
+        self.asked.append((self.path, self.headers.get("Proxy-Authorization")))
+        self.send_response(403)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def test_https_goes_through_a_connect_tunnel_so_the_proxy_never_sees_the_request(
+    environment: pytest.MonkeyPatch,
+) -> None:
+    Tunnels.asked.clear()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Tunnels)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        environment.setenv("HTTPS_PROXY", f"ann:pw@127.0.0.1:{httpd.server_address[1]}")
+        with pytest.raises(TransportError):
+            Http("https://hai.example:8443", {"Authorization": "Bearer t"}, timeout=5).request("GET", "/x")
+        assert Tunnels.asked == [("hai.example:8443", "Basic " + base64.b64encode(b"ann:pw").decode())]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.parametrize("proxy", ["socks5://127.0.0.1:1080", "http://proxy:port"])
+def test_a_proxy_that_cannot_be_used_is_refused_naming_the_variable(
+    environment: pytest.MonkeyPatch, proxy: str
+) -> None:
+    environment.setenv("HTTP_PROXY", proxy)
+    with pytest.raises(HaiError) as caught:
+        HaiClient(server="http://127.0.0.1:8765", token="t")
+    assert caught.value.status == 2 and caught.value.field == "http_proxy"
+    environment.setenv("NO_PROXY", "127.0.0.1")
+    HaiClient(server="http://127.0.0.1:8765", token="t").close()  # not used for this server: no matter
