@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -17,6 +17,7 @@ import pytest
 
 from hai_airflow.client import HaiClient, HaiError, HaiUnreachable
 from hai_airflow.http11 import Http, TransportError, query
+from tests.support.live_server import free_port
 
 
 @dataclass
@@ -65,17 +66,24 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = _answer
 
 
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
+    """A server on a local port answering with `handler`, in a thread of its own while in use."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 @pytest.fixture
 def server() -> Iterator[tuple[str, Seen, ThreadingHTTPServer]]:
     seen = Seen()
-    handler = type("Recording", (Handler,), {"seen": seen})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", seen, httpd
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(type("Recording", (Handler,), {"seen": seen})) as httpd:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen, httpd
 
 
 def test_a_request_carries_its_headers_body_and_query_and_comes_back_parsed(server: Any) -> None:
@@ -181,17 +189,11 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     return monkeypatch
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_http_proxy_from_the_environment_gets_the_whole_url_unless_no_proxy_names_the_host(
     server: Any, environment: pytest.MonkeyPatch
 ) -> None:
     url, seen, _ = server
-    target = f"http://127.0.0.1:{_closed_port()}/api"  # nothing listens: only the proxy can answer
+    target = f"http://127.0.0.1:{free_port()}/api"  # nothing listens: only the proxy can answer
     environment.setenv("http_proxy", url.replace("http://", "http://ann:p%40ss@"))
     reply = Http(target, {"Authorization": "Bearer t"}, timeout=5).request("GET", "/jobs", params={"a": 1})
     assert reply.json()["path"] == f"{target}/jobs?a=1"
@@ -225,16 +227,11 @@ def test_https_goes_through_a_connect_tunnel_so_the_proxy_never_sees_the_request
     environment: pytest.MonkeyPatch,
 ) -> None:
     Tunnels.asked.clear()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Tunnels)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
+    with serving(Tunnels) as httpd:
         environment.setenv("HTTPS_PROXY", f"ann:pw@127.0.0.1:{httpd.server_address[1]}")
         with pytest.raises(TransportError):
             Http("https://hai.example:8443", {"Authorization": "Bearer t"}, timeout=5).request("GET", "/x")
-        assert Tunnels.asked == [("hai.example:8443", "Basic " + base64.b64encode(b"ann:pw").decode())]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    assert Tunnels.asked == [("hai.example:8443", "Basic " + base64.b64encode(b"ann:pw").decode())]
 
 
 @pytest.mark.parametrize("proxy", ["socks5://127.0.0.1:1080", "http://proxy:port"])
