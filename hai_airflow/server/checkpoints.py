@@ -22,6 +22,16 @@ def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch(name, p) for p in patterns)
 
 
+def _text(name: str) -> bool:
+    """Whether a file name is text: a name of bytes that are not UTF-8 (which Python keeps as
+    surrogate escapes) cannot be stored or shown, so it is never a checkpoint nor searched below."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def newest_checkpoint(
     model_dir: Path,
     patterns: Sequence[str],
@@ -43,7 +53,7 @@ def newest_checkpoint(
         except OSError:
             continue
         for entry in entries:
-            if _matches(entry.name, ignore):
+            if _matches(entry.name, ignore) or not _text(entry.name):
                 continue
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)

@@ -233,7 +233,8 @@ class Controller:
         backend reports the exits it saw at once), so each costs statements, not transactions.
 
         Returns the exits not recorded. When the write fails for something one exit may have caused,
-        each is written again in its own transaction, so that fault is that exit's alone; an unusable
+        each is written again in its own transaction, so that fault is that exit's alone, and an exit
+        that fails alone once more without what its files gave (checkpoint, failure hint); an unusable
         store (`OperationalError`) fails them all at once and raises.
         """
         with self.ctx.store.read() as s:
@@ -278,7 +279,15 @@ class Controller:
         except Exception:
             if len(seen) > 1:
                 return [ex for one in seen for ex in self._write_exits([one])]
-            ex = seen[0][0]
+            ex, final, hint = seen[0]
+            if final is not None or hint is not None:
+                # What the files gave may be what the store refused: the exit matters more.
+                log.exception(
+                    "recording the exit of instance %d failed; recording it without its checkpoint "
+                    "and failure hint",
+                    ex.instance_id,
+                )
+                return self._write_exits([(ex, None, None)])
             failures = self._failures.get(ex.instance_id, 0)
             if failures == 0 or math.log10(failures).is_integer():  # the first, the 10th, the 100th...
                 log.exception(

@@ -286,6 +286,29 @@ def test_exits_seen_together_are_recorded_together_each_with_its_own_outcome(run
     assert run.job(saved["id"])["latest_checkpoint"].endswith("final.pt")
 
 
+def test_a_checkpoint_name_that_is_not_utf8_neither_blocks_others_checkpoints_nor_the_jobs_exit(
+    run: Api,
+) -> None:
+    # A file name the store cannot hold (bytes that are not UTF-8) is never taken for a checkpoint.
+    gate = f"while [ ! -e {run.code / 'go'} ]; do sleep 0.02; done; "
+    odd = run.submit(
+        cmd=f"echo w > \"$HAI_MODEL_DIR/$(printf 'step-\\377.pt')\"; {gate}exit 0", resource_pkg=454
+    )
+    good = run.submit(cmd=f'echo w > "$HAI_MODEL_DIR/good.pt"; {gate}exit 0', resource_pkg=454)
+    for job in (odd, good):
+        run.until_state(job["id"], "RUNNING")
+    model = run.ctx.home / "jobs" / str(odd["id"]) / "model"
+    run.until(lambda: any(n.startswith(b"step-") for n in os.listdir(bytes(model))), what="odd name")
+    run.until(lambda: (model.parent.parent / str(good["id"]) / "model" / "good.pt").exists(), what="good")
+    assert run.controller is not None
+    run.controller.scan_checkpoints()
+    assert run.job(good["id"])["latest_checkpoint"].endswith("good.pt")
+    (run.code / "go").touch()
+    for job in (odd, good):
+        run.until_state(job["id"], "SUCCEEDED")
+    assert run.job(odd["id"])["latest_checkpoint"] is None
+
+
 def test_an_exit_whose_write_failed_for_want_of_the_store_is_written_at_the_next_step(
     run: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -339,11 +362,12 @@ def test_a_slow_checkpoint_scan_waits_longer_for_the_next_so_cycles_are_not_held
     assert len(scans) == 2
 
 
-def _gated_pair(run: Api, codes: tuple[int, int]) -> tuple[list[dict[str, Any]], list[int]]:
-    """Two running jobs that exit (with `codes`) when the test lets them, and their instance ids."""
+def _gated_pair(run: Api, codes: tuple[int, int], last: str = "") -> tuple[list[dict[str, Any]], list[int]]:
+    """Two running jobs that, when the test lets them, run `last` and exit (with `codes`), and their
+    instance ids."""
     go = run.code / "go"
     jobs = [
-        run.submit(cmd=f"while [ ! -e {go} ]; do sleep 0.02; done; exit {code}", resource_pkg=454)
+        run.submit(cmd=f"while [ ! -e {go} ]; do sleep 0.02; done; {last}exit {code}", resource_pkg=454)
         for code in codes
     ]
     for job in jobs:
@@ -384,6 +408,21 @@ def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wav
     faulty.clear()
     run.step()
     assert (run.job(bad["id"])["state"], instances(run, bad["id"])[0]["exit_code"]) == ("FAILED", 5)
+
+
+def test_an_exit_whose_checkpoint_the_store_refuses_is_recorded_without_it(
+    run: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*_args: Any) -> None:  # the store refusing what was found in the files; injected
+        raise ValueError("cannot record this checkpoint")
+
+    (ok, failed), _ = _gated_pair(run, (0, 3), last='echo w > "$HAI_MODEL_DIR/final.pt"; ')
+    monkeypatch.setattr(transitions, "checkpoint_seen", refused)
+    run.step()
+    assert [run.job(j["id"])["state"] for j in (ok, failed)] == ["SUCCEEDED", "FAILED"]
+    assert [run.job(j["id"])["latest_checkpoint"] for j in (ok, failed)] == [None, None]
+    assert instances(run, failed["id"])[0]["exit_code"] == 3
+    assert run.controller is not None and run.controller._unapplied == []
 
 
 def test_an_exit_whose_files_cannot_be_read_is_recorded_without_a_hint(

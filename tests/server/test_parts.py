@@ -139,6 +139,15 @@ def test_newest_checkpoint_skips_temp_files_and_non_matching_names(tmp_path: Pat
     )
 
 
+def test_a_name_that_is_not_utf8_is_never_a_checkpoint_nor_searched_below(tmp_path: Path) -> None:
+    now = time.time()
+    best = touch(tmp_path / "epoch1.pt", now - 30)
+    touch(tmp_path / os.fsdecode(b"epoch2-\xff.pt"), now - 20)  # bytes the store cannot hold
+    touch(tmp_path / os.fsdecode(b"run-\xfe") / "epoch3.pt", now - 10)
+    found = newest_checkpoint(tmp_path, DEFAULT_CHECKPOINT_PATTERNS, DEFAULT_CHECKPOINT_IGNORE)
+    assert found is not None and found.path == str(best)
+
+
 def test_a_checkpoint_directory_counts_and_late_writes_are_ignored(tmp_path: Path) -> None:
     now = time.time()
     hf = tmp_path / "checkpoint-500"
