@@ -28,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from machine import speed_line  # noqa: E402
+
 from hai_airflow.backends.base import Exit, Handle, Launch  # noqa: E402
 from hai_airflow.scheduling.model import Node  # noqa: E402
 from hai_airflow.server.config import parse_config  # noqa: E402
@@ -230,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cycles", type=int, default=20)
     parser.add_argument("--stores", default="sqlite,postgresql")
     args = parser.parse_args(argv)
+    print(speed_line(), flush=True)
     for label in args.stores.split(","):
         with tempfile.TemporaryDirectory(prefix="hai-cycle-bench-") as tmp:
             if label == "sqlite":

@@ -12,6 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's code, not whichever one is installed
 
+from machine import speed_line  # noqa: E402
+
 from hai_airflow.scheduling import plan  # noqa: E402
 from hai_airflow.scheduling.model import Job, Node, Quota, Snapshot, WorkerPlacement  # noqa: E402
 from hai_airflow.scheduling.state import ClusterState  # noqa: E402
@@ -105,6 +107,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7, help="cycles measured per figure")
     parser.add_argument("--no-stretch", action="store_true", help="skip 100,000 queued x 10,000 nodes")
     args = parser.parse_args()
+    print(speed_line())
     print(f"{'nodes':>6} {'queued':>7} {'running':>8} {'stateless':>10} {'kept state':>11}  decisions")
     print(f"{'':>24} {'(CPU ms: least of ' + str(args.repeats) + ' cycles)':>22}")
     for nodes, queued in SIZES + ([] if args.no_stretch else [STRETCH]):

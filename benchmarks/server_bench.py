@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cycle_bench import config_text, job_row  # noqa: E402
+from machine import speed_line  # noqa: E402
 
 from hai_airflow.client import HaiClient  # noqa: E402
 from hai_airflow.scheduling.settled import REPLAN_SECONDS  # noqa: E402
@@ -237,6 +238,7 @@ def main() -> None:
     parser.add_argument("--load-nodes", type=int, default=100, help="full nodes for the run under load")
     parser.add_argument("--load-submissions", type=int, default=2000, help="submissions under load")
     args = parser.parse_args()
+    print(speed_line(), flush=True)
     stores: list[tuple[str, dict[str, str]]] = [("sqlite", {})]
     reason = postgres.unavailable_reason()
     pg_cm = None

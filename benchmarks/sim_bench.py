@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 from gen_trace import TraceSpec, write_trace
+from machine import speed_line
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's code, not whichever one is installed
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         spec = TraceSpec(jobs=args.jobs, nodes=args.nodes, seed=args.seed, load=args.load)
         paths = write_trace(spec, out)
         trace = load_trace(*paths)
+        print(speed_line())
         print(f"trace: {len(trace.jobs)} jobs, {len(trace.nodes)} nodes, "
               f"{sum(n.gpus for n in trace.nodes)} GPUs, seed {args.seed}, load {args.load}")
         for interval in (float(i) for i in args.cycle_intervals.split(",") if i):

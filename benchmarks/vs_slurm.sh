@@ -171,3 +171,4 @@ COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 if [[ -n $(git -C "$ROOT" status --porcelain --untracked-files=no 2>/dev/null) ]]; then COMMIT="$COMMIT+changes"; fi
 echo "hai at $COMMIT on $(nproc) CPUs; load average (1, 5, 15 min) when slurm started: $LOAD_SLURM," \
     "when hai started: $LOAD_HAI, at the end: $(load)"
+"$PY" "$ROOT/benchmarks/machine.py"

@@ -23,6 +23,7 @@ def test_sim_bench_prints_speed_and_the_comparison(benchmarks_on_path, capsys):
     sim_bench.main(["--jobs", "40", "--nodes", "4", "--cycle-intervals", "0,30", "--compare", "seed,fifo"])
 
     out = capsys.readouterr().out
+    assert re.match(r"machine: 10,000,000 Python additions took \d+\.\d\d s of CPU \(", out)
     assert "trace: 40 jobs, 4 nodes, 32 GPUs" in out
     assert "a cycle at every event time" in out and "a cycle every 30 s" in out
     assert out.count("simulated jobs per wall-clock second") == 2
