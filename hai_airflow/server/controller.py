@@ -280,16 +280,18 @@ class Controller:
             if len(seen) > 1:
                 return [ex for one in seen for ex in self._write_exits([one])]
             ex, final, hint = seen[0]
+            failures = self._failures.get(ex.instance_id, 0)
+            logged = failures == 0 or math.log10(failures).is_integer()  # the first, the 10th, the 100th...
             if final is not None or hint is not None:
                 # What the files gave may be what the store refused: the exit matters more.
-                log.exception(
-                    "recording the exit of instance %d failed; recording it without its checkpoint "
-                    "and failure hint",
-                    ex.instance_id,
-                )
+                if logged:
+                    log.exception(
+                        "recording the exit of instance %d failed; recording it without its "
+                        "checkpoint and failure hint",
+                        ex.instance_id,
+                    )
                 return self._write_exits([(ex, None, None)])
-            failures = self._failures.get(ex.instance_id, 0)
-            if failures == 0 or math.log10(failures).is_integer():  # the first, the 10th, the 100th...
+            if logged:
                 log.exception(
                     "recording the exit of instance %d failed (%d times before)", ex.instance_id, failures
                 )

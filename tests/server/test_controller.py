@@ -382,7 +382,7 @@ def _gated_pair(run: Api, codes: tuple[int, int], last: str = "") -> tuple[list[
 
 
 def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wave_is_written(
-    run: Api, monkeypatch: pytest.MonkeyPatch
+    run: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     real = transitions.instance_ended
     faulty: set[int] = set()
@@ -393,7 +393,8 @@ def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wav
         real(s, job, inst, *rest)
 
     monkeypatch.setattr(transitions, "instance_ended", ended)
-    (good, bad), (_, bad_inst) = _gated_pair(run, (0, 5))
+    # Each has a checkpoint: the failing exit is also tried without it, each time it fails.
+    (good, bad), (_, bad_inst) = _gated_pair(run, (0, 5), last='echo w > "$HAI_MODEL_DIR/final.pt"; ')
     faulty.add(bad_inst)
     run.step()
     assert run.job(good["id"])["state"] == "SUCCEEDED"  # written in its own transaction
@@ -405,6 +406,8 @@ def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wav
     controller.reattach()  # as on taking the lease again: tried with the lost ones, counted on
     assert [ex.instance_id for ex in controller._unapplied] == [bad_inst]
     assert controller._failures == {bad_inst: 3}
+    logged = [r for r in caplog.records if "without its checkpoint" in r.getMessage()]
+    assert len(logged) == 2  # after 0 and 1 failures before, not 2 (then the 10th, the 100th...)
     faulty.clear()
     run.step()
     assert (run.job(bad["id"])["state"], instances(run, bad["id"])[0]["exit_code"]) == ("FAILED", 5)
