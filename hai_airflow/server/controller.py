@@ -234,8 +234,8 @@ class Controller:
 
         Returns the exits not recorded. When the write fails for something one exit may have caused,
         each is written again in its own transaction, so that fault is that exit's alone, and an exit
-        that fails alone once more without what its files gave (checkpoint, failure hint); an unusable
-        store (`OperationalError`) fails them all at once and raises.
+        that fails alone is written once more without what its files gave (checkpoint, failure hint);
+        an unusable store (`OperationalError`) fails them all at once and raises.
         """
         with self.ctx.store.read() as s:
             insts, jobs = self._rows_of(s, exits)
