@@ -21,7 +21,7 @@ from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Admit, Reject, Reserve, Suspend, Wait
 from hai_airflow.scheduling.settled import Settled
-from hai_airflow.server import admission, by_id, changes, lease, paths, transitions
+from hai_airflow.server import admission, by_id, changes, heap, lease, paths, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
@@ -358,6 +358,8 @@ class Controller:
         self.settled = None  # a new state counts its events afresh
         with self._write() as s:
             changes.trim(s, now - FEED_KEPT_SECONDS)
+        del kept  # the replaced copy, freed before the collection that follows
+        heap.settle(len(fresh.jobs))
         return fresh
 
     def cycle(self) -> None:

@@ -143,3 +143,39 @@ def test_a_reservation_cleared_by_a_bare_delete_leaves_the_kept_state(api: Api) 
     api.step()
     check_kept(api)
     assert api.controller.follower.view().snapshot.reservations == ()
+
+
+def test_a_full_read_freezes_what_survives_it_and_the_next_gives_it_back(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a full read the kept state is out of the collector's sight (no 100 ms pause in a later
+    cycle); garbage it cannot see is collected at the next full read, not kept for ever."""
+    import gc
+    import weakref
+
+    from hai_airflow.server import heap
+
+    class Cyclic:
+        me: Any
+
+    monkeypatch.setattr(heap, "FREEZE_AT_JOBS", 0)
+    controller = api.with_controller()
+    api.submit("alice", cmd="sleep 30")
+    cyclic = Cyclic()
+    cyclic.me = cyclic
+    dead = weakref.ref(cyclic)
+    try:
+        api.step()  # takes the lease and reads the store whole
+        assert gc.get_freeze_count() > 0
+        del cyclic
+        gc.collect()
+        assert dead() is not None, "frozen garbage is not the collector's"
+        api.step()  # from the feed: nothing is given back
+        gc.collect()
+        assert dead() is not None
+        controller._last_resync = 0.0  # the resync interval is over
+        api.step()
+        assert dead() is None, "the next full read left frozen garbage behind"
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
