@@ -19,12 +19,11 @@ FREEZE_AT_JOBS = 1_000
 collection."""
 
 
-def settle(jobs: int) -> bool:
+def settle(jobs: int) -> None:
     """After a full read holding `jobs` unfinished jobs: collect once and freeze the survivors (the
-    previously frozen ones collected with them); whether it did."""
+    previously frozen ones collected with them)."""
     if jobs < FREEZE_AT_JOBS:
-        return False
+        return
     gc.unfreeze()
     gc.collect()
     gc.freeze()
-    return True

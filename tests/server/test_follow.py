@@ -4,8 +4,10 @@ controller, real processes, SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
+import gc
 import random
 import time
+import weakref
 from typing import Any
 
 import pytest
@@ -13,7 +15,7 @@ from sqlalchemy import select
 
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import WAITING, Wait
-from hai_airflow.server import changes
+from hai_airflow.server import changes, heap
 from hai_airflow.server.follow import differences, read_all
 from hai_airflow.server.tables import ChangeRow, JobRow, ReservationRow
 from tests.server.conftest import Api
@@ -150,10 +152,6 @@ def test_a_full_read_freezes_what_survives_it_and_the_next_gives_it_back(
 ) -> None:
     """After a full read the kept state is out of the collector's sight (no 100 ms pause in a later
     cycle); garbage it cannot see is collected at the next full read, not kept for ever."""
-    import gc
-    import weakref
-
-    from hai_airflow.server import heap
 
     class Cyclic:
         me: Any
