@@ -50,6 +50,16 @@ class WaitSeen:
     why: WaitReason
 
 
+@dataclass(slots=True)
+class ShapeSeen:
+    """What a cycle learned about one shape: why it can never fit on this cluster (None: it can, a
+    question about the nodes alone, `placement.never_fits`), and per class (high or not) the last
+    plain wait of a job of that shape (see `Cycle.decide`)."""
+
+    rejected: str | None
+    waits: dict[bool, WaitSeen] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class ReservedGpus:
     """A waiting job's reserved GPUs on one node that are free now."""
@@ -83,10 +93,8 @@ class Cycle:
     waited: int = 0
     cannot_fit: Hopeless = field(default_factory=Hopeless)
     """Shapes that found no placement on the shared free capacity since it last grew (see `place`)."""
-    last_wait: dict[tuple[Shape, bool], WaitSeen] = field(default_factory=dict)
-    """(shape, high) -> the last plain wait of a job of that shape and class (see `decide`)."""
-    rejections: dict[Shape, str | None] = field(default_factory=dict)
-    """Shape -> why it cannot fit even on the empty cluster, else None (a question about the nodes alone)."""
+    shapes: dict[Shape, ShapeSeen] = field(default_factory=dict)
+    """What the cycle learned about each shape it met (one lookup per queued job)."""
 
     @classmethod
     def start(cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job]) -> Cycle:
@@ -99,7 +107,10 @@ class Cycle:
             raise ValueError("the cluster state changed after this snapshot was taken; take a new one")
         layout = usage.layout
         cap = FreeCapacity.build(usage)
-        reservations = honoured(snapshot.reservations, {j.id for j in waiting}.__contains__, layout)
+        reservations = (
+            honoured(snapshot.reservations, {j.id for j in waiting}.__contains__, layout)
+            if snapshot.reservations else []
+        )
         holder_of = gpu_holders(cap, placed, reservations) if reservations else {}
         own_free = set_aside(cap, reservations)
         own_holders: dict[int, list[Job]] = {}
@@ -110,7 +121,7 @@ class Cycle:
                     own_holders[r.job_id].append(holder)
         # A job with a reservation already has GPUs set aside (victims were suspended for it), so
         # it counts against quota like a running job; otherwise others could use up the quota first.
-        reserving = [j for j in waiting if j.id in own_free or j.id in own_holders]
+        reserving = [j for j in waiting if j.id in own_free or j.id in own_holders] if reservations else []
         cycle = cls(snapshot, policy, now, cap, layout, placed, dict(usage.user_high),
                     dict(usage.group_high), own_free, own_holders)
         for job in reserving:
@@ -129,11 +140,13 @@ class Cycle:
     def decide(self, job: Job) -> None:
         """Reject, else quota, else place, else wait for own victims, else new victims, else wait."""
         shape = job.shape
-        rejected = self.never_fits(shape)
-        if rejected is not None:
-            self.decisions.append(Reject(job.id, rejected))
+        seen = self.shapes.get(shape)
+        if seen is None:
+            seen = self.shapes[shape] = ShapeSeen(never_fits(self.layout.kinds, shape))
+        if seen.rejected is not None:
+            self.decisions.append(Reject(job.id, seen.rejected))
             return
-        high = is_high(job.max_schedule)
+        high = job.high
         if high:
             own = job.total_gpus if job.id in self.precounted else 0
             over = over_quota(job.user, job.group, job.total_gpus, self.user_used.get(job.user, 0) - own,
@@ -148,14 +161,14 @@ class Cycle:
             # moves only with it: victims are taken and the guard is raised by changes to the
             # capacity, and a wait that raised the guard is not kept. So `seek` would make this
             # job wait for the same reason; this keeps a long queue behind a full cluster cheap.
-            seen = self.last_wait.get((shape, high))
-            if seen is not None and seen.version == self.cap.version:
-                self.wait(job, seen.why)
+            last = seen.waits.get(high)
+            if last is not None and last.version == self.cap.version:
+                self.wait(job, last.why)
                 return
         why = self.seek(job, shape, high)
         if why is not None:
             if plain and why.same_for_its_shape:
-                self.last_wait[(shape, high)] = WaitSeen(self.cap.version, why)
+                seen.waits[high] = WaitSeen(self.cap.version, why)
             self.wait(job, why)
 
     def seek(self, job: Job, shape: Shape, high: bool) -> WaitReason | None:
@@ -181,13 +194,6 @@ class Cycle:
                 return WaitReason(f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)",
                             same_for_its_shape=False)
         return WaitReason(reason)
-
-    def never_fits(self, shape: Shape) -> str | None:
-        """Reject rule (`placement.never_fits`), asked once per shape: it reads the nodes alone."""
-        known = self.rejections
-        if shape not in known:
-            known[shape] = never_fits(self.layout.kinds, shape)
-        return known[shape]
 
     def place(self, shape: Shape) -> Placement | None:
         """Place on shared free capacity, unless the shape (or one it dominates) already failed on it

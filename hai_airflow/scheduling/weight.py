@@ -58,7 +58,7 @@ def queue_key(job: Job, now: float) -> tuple[float | int, ...]:
        was suspended resumes before newer work;
     4. tie-break: job id.
     """
-    if is_high(job.max_schedule):
+    if job.high:
         return (0, deadline(job), job.id)
     return (1, -(now - job.submitted_at + LOST_WORK_FACTOR * lost_seconds(job, now)), job.id)
 
