@@ -177,26 +177,3 @@ def test_a_full_read_freezes_what_survives_it_and_the_next_gives_it_back(
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
-
-
-def test_a_large_state_makes_young_collections_rarer_and_a_small_one_restores_them(
-    api: Api, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A plan's short-lived objects (a queue key and a decision per queued job) are freed by
-    reference counting before a young collection scans them while the state is large."""
-    default = gc.get_threshold()
-    monkeypatch.setattr(heap, "FREEZE_AT_JOBS", 0)
-    monkeypatch.setattr(heap, "YOUNG_PER_JOB", 1000)
-    controller = api.with_controller()
-    for _ in range(3):
-        api.submit("alice", cmd="sleep 30")
-    try:
-        api.step()  # takes the lease and reads the store whole: 3 unfinished jobs
-        assert gc.get_threshold() == (3000, *default[1:])
-        monkeypatch.setattr(heap, "FREEZE_AT_JOBS", 10)
-        controller._last_resync = 0.0
-        api.step()  # the next full read: below the mark
-        assert gc.get_threshold() == default
-    finally:
-        gc.set_threshold(*default)
-        gc.unfreeze()
