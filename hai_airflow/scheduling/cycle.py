@@ -29,7 +29,6 @@ from hai_airflow.scheduling.policies import Policy
 from hai_airflow.scheduling.quota import count_high, over_quota
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimCandidates, find_victims
-from hai_airflow.spec import is_high
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +344,6 @@ def waiting_for(holders: list[Job]) -> str:
     """Wait reason of a preemptor whose GPUs are still being freed."""
     ids = ", ".join(str(h.id) for h in holders)
     plural = "s" if len(holders) > 1 else ""
-    suspending = all(h.state in ("SUSPENDING", "RUNNING") and not is_high(h.max_schedule) for h in holders)
+    suspending = all(h.state in ("SUSPENDING", "RUNNING") and not h.high for h in holders)
     verb = "suspend" if suspending else "release its GPUs" if len(holders) == 1 else "release their GPUs"
     return f"waiting for job{plural} {ids} to {verb}"

@@ -6,7 +6,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hai_airflow.scheduling.model import Job, Quota
-from hai_airflow.spec import is_high
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +22,7 @@ class QuotaVerdict:
 
 def count_high(per_user: dict[str, int], per_group: dict[str, int], job: Job, sign: int = 1) -> None:
     """Add (sign -1: take away) the job's GPUs to its user's and group's usage if it is high priority."""
-    if is_high(job.max_schedule):
+    if job.high:
         per_user[job.user] = per_user.get(job.user, 0) + sign * job.total_gpus
         per_group[job.group] = per_group.get(job.group, 0) + sign * job.total_gpus
 

@@ -13,7 +13,6 @@ from hai_airflow.scheduling.model import WAITING, Decision, Job, Wait
 from hai_airflow.scheduling.placement import never_fits, place
 from hai_airflow.scheduling.policies import POLICIES
 from hai_airflow.scheduling.state import ClusterState
-from hai_airflow.spec import is_high
 
 REPLAN_SECONDS = 10.0
 """A settled cluster is planned again at least this often, for what time alone moves: the order of
@@ -79,7 +78,7 @@ def waits_anyway(state: ClusterState, arrivals: Sequence[Job]) -> bool:
     policy = POLICIES[state.policy]
     if policy.guards_any_job:
         return False
-    if any(j.state != "PENDING" or is_high(j.max_schedule) for j in arrivals):
+    if any(j.state != "PENDING" or j.high for j in arrivals):
         return False
     usage, jobs = state.usage, state.jobs
     cap = FreeCapacity.build(usage)

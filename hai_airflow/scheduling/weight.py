@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hai_airflow.scheduling.model import Job
-from hai_airflow.spec import is_high
 
 HIGH_BASE = 1e9
 """Added to every high-priority score so any high job outranks any low one (fits Airflow's int32)."""
@@ -72,7 +71,7 @@ def weight(job: Job, now: float) -> Weight:
     key = queue_key(job, now)
     waited = now - job.submitted_at
     terms: tuple[WeightTerm, ...]
-    if is_high(job.max_schedule):
+    if job.high:
         overdue = now - deadline(job)
         terms = (
             WeightTerm("priority class", HIGH_BASE, "high priority (max_schedule > 0)"),
