@@ -19,7 +19,7 @@ from hai_airflow.scheduling.model import WAITING, Admit
 from hai_airflow.server import paths, transitions
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.snapshot import schedulable
-from hai_airflow.server.tables import JobRow
+from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
 
 log = logging.getLogger("hai.server.admission")
@@ -42,6 +42,9 @@ class NewInstance:
     admit: Admit
     job: JobEnvironment
     work_dir: Path
+    rows: tuple[JobRow, InstanceRow]
+    """The job's and the instance's rows as the claim committed them: the launch's outcome is written
+    onto them (only the columns it sets), without reading them again."""
 
 
 def model_dir(ctx: ServerContext, job_id: int, spec: AnySpec) -> Path:
@@ -80,7 +83,7 @@ def claim(
         inst.model_dir = str(saves_to)
         inst.grace_seconds = spec.effective_grace_seconds
         env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint)
-        news.append(NewInstance(job.id, inst.id, spec, d, env, work_dir))
+        news.append(NewInstance(job.id, inst.id, spec, d, env, work_dir, (job, inst)))
     return news
 
 

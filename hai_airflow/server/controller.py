@@ -499,11 +499,11 @@ class Controller:
         try:
             with self._write() as s:
                 now = time.time()
-                jobs = by_id.rows(s, JobRow, [new.job_id for new in news])
-                instances = by_id.rows(s, InstanceRow, [new.instance_id for new in news])
                 for new, handle, failure in started:
-                    job, inst = jobs.get(new.job_id), instances.get(new.instance_id)
-                    assert job is not None and inst is not None
+                    # Only the controller moves a job's state, so the claimed rows are still as
+                    # committed in what the outcome writes (a cancel or a hold sets other columns).
+                    job, inst = new.rows
+                    s.add_all(new.rows)
                     if handle is None:
                         transitions.start_failed(s, job, inst, failure or "unknown error", now)
                     else:
