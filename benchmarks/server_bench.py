@@ -23,7 +23,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cycle_bench import config_text, job_row  # noqa: E402
+from cycle_bench import analyze, config_text, job_row  # noqa: E402
 from machine import speed_line  # noqa: E402
 
 from hai_airflow.client import HaiClient  # noqa: E402
@@ -151,6 +151,10 @@ def bench(store: str, env: dict[str, str], args: argparse.Namespace) -> Figures:
             if fill > 0:
                 throughput(server, code, args.clients, fill, tag="fill")
                 stored += fill
+            if "HAI_DATABASE_URL" in env:
+                db = Store(env["HAI_DATABASE_URL"])
+                analyze(db)
+                db.dispose()
             # Time the cycles with the store full, once a plan has said why each new job waits. A
             # settled cluster is planned again every REPLAN_SECONDS: a window of 2.5 of those, begun
             # just after a plan, holds at least two of them wherever it starts (a 10 s window held
@@ -211,6 +215,7 @@ def under_load(env: dict[str, str], args: argparse.Namespace) -> UnderLoad:
                     row = job_row(i, "PENDING", now, "V100", (1, 2, 4)[i % 3])
                     row.spec = row.spec.replace('"/tmp"', f'"{code}"')
                     s.add(row)
+            analyze(store)
             store.dispose()
             until_settled(server)  # the controller has taken the backlog in and said why each job waits
             count0, sum0 = planner_cycle(server)

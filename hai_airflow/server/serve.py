@@ -206,6 +206,9 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
             "[paths] allowed is not set: jobs may mount any directory but system paths and $HAI_HOME; "
             'set e.g. allowed = ["/nas/{user}", "/nas/groups/{group}"] on a shared cluster'
         )
+    advice = ctx.store.upkeep_advice()
+    if advice is not None:
+        log.warning(advice)
     # Long-polls and followed logs must not hold a shutdown up for long.
     uvicorn.run(
         app,

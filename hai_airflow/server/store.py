@@ -198,6 +198,24 @@ class Store:
         if not self.is_sqlite:
             session.execute(text("SELECT name FROM groups WHERE name = :g FOR UPDATE"), {"g": group})
 
+    def upkeep_advice(self) -> str | None:
+        """What to change in the database server's upkeep before the store grows large, or None.
+
+        PostgreSQL with autovacuum off keeps no table statistics, so its query planner guesses: the
+        controller's UPDATE of 16 new jobs' reasons went through the state index and read all 10,000
+        waiting jobs (2.1 ms in the database, against 0.2 ms by primary key once analyzed).
+        """
+        if self.is_sqlite:
+            return None
+        with self.engine.connect() as conn:
+            if conn.exec_driver_sql("SHOW autovacuum").scalar() != "off":
+                return None
+        return (
+            "PostgreSQL's autovacuum is off on this database server: its tables get no statistics "
+            "(so queries plan badly as the queue grows) and dead rows are never reclaimed; turn it on "
+            "(autovacuum = on in postgresql.conf) or run VACUUM ANALYZE regularly"
+        )
+
     def listener(self, on_change: Callable[[], None]) -> Listener | None:
         """Calls `on_change` when another process commits changes to this database (not started);
         None on SQLite, which has no channel."""

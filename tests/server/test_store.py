@@ -45,3 +45,21 @@ def test_an_idle_connection_the_database_closed_is_replaced_before_use(
         assert _backend(store) not in (first, second)
     finally:
         store.dispose()
+
+
+def test_a_postgresql_server_without_autovacuum_is_named_at_start(db_url: str) -> None:
+    """Without statistics the planner guesses and dead rows pile up: `hai serve` says so at start."""
+    store = Store(db_url)
+    try:
+        advice = store.upkeep_advice()
+        if store.is_sqlite:
+            assert advice is None
+            return
+        with store.engine.connect() as conn:
+            setting = conn.exec_driver_sql("SHOW autovacuum").scalar()
+        if setting == "off":
+            assert advice is not None and "autovacuum" in advice and "VACUUM ANALYZE" in advice
+        else:
+            assert advice is None
+    finally:
+        store.dispose()
