@@ -36,15 +36,21 @@ def parse_spec(row: JobRow) -> AnySpec:
 class NewInstance:
     """An admitted job's new instance as recorded (the job STARTING) before the backend is asked."""
 
-    job_id: int
-    instance_id: int
+    rows: tuple[JobRow, InstanceRow]
+    """The job's and the instance's rows as the claim committed them: the launch's outcome is written
+    onto them (only the columns it sets), without reading them again."""
     spec: AnySpec
     admit: Admit
     job: JobEnvironment
     work_dir: Path
-    rows: tuple[JobRow, InstanceRow]
-    """The job's and the instance's rows as the claim committed them: the launch's outcome is written
-    onto them (only the columns it sets), without reading them again."""
+
+    @property
+    def job_id(self) -> int:
+        return self.rows[0].id
+
+    @property
+    def instance_id(self) -> int:
+        return self.rows[1].id
 
 
 def model_dir(ctx: ServerContext, job_id: int, spec: AnySpec) -> Path:
@@ -83,7 +89,7 @@ def claim(
         inst.model_dir = str(saves_to)
         inst.grace_seconds = spec.effective_grace_seconds
         env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint)
-        news.append(NewInstance(job.id, inst.id, spec, d, env, work_dir, (job, inst)))
+        news.append(NewInstance((job, inst), spec, d, env, work_dir))
     return news
 
 
