@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Headless Chromium for the dashboard's browser tests: Debian's chromium and chromium-driver, when missing.
+# Headless Chromium for the browser tests: Debian's chromium and chromium-driver, and a CJK font so the
+# forms' Chinese labels render in screenshots instead of empty boxes; each when missing.
 #
 #   .ci/chromium.sh      install them (apt); prints the two versions
 #
@@ -11,6 +12,7 @@ log() { echo "chromium.sh: $*" >&2; }
 need=()
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+[[ -e /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ]] || need+=(fonts-wqy-zenhei)
 if ((${#need[@]})); then
     log "installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -46,6 +46,13 @@ class HaiJobLink(BaseOperatorLink):
             return ""
         return job_url(int(job_id), _airflow_base_path())
 
+    @staticmethod
+    def page_for(job_id: int) -> str:
+        """The job's page as a whole address (``[api] base_url`` and the path), for a task log."""
+        from airflow.configuration import conf
+
+        return job_url(job_id, conf.get("api", "base_url", fallback="") or "")
+
     @classmethod
     def persist(cls, context: Any, job_id: int) -> None:
         """Push the link now (Airflow's own push waits for the task to end, e.g. after a deferral)."""

@@ -27,6 +27,6 @@ class HaiCpuJobOperator(BaseHaiJobOperator):
         self.memory_gb = memory_gb
 
     def build_spec(self, packages: Sequence[ResourcePackageView]) -> JobSpec:
-        return CpuJobSpec.model_validate(
-            {**self.common_fields(), "mode": "cpu", "cpus": self.cpus, "memory_gb": self.memory_gb}
-        )
+        # an empty value (e.g. a form field left blank) leaves the spec's default
+        given = {k: v for k, v in (("cpus", self.cpus), ("memory_gb", self.memory_gb)) if v not in ("", None)}
+        return CpuJobSpec.model_validate({**self.common_fields(), "mode": "cpu", **given})

@@ -389,6 +389,8 @@ class BaseHaiJobOperator(BaseOperator):
                 job.id,
             )
         self._job_id = job.id
+        # the Logs view has no Details tab beside it: give the job's page here too
+        self.log.info("hai job %s: %s", job.id, HaiJobLink.page_for(job.id))
         context["ti"].xcom_push(key=JOB_ID_XCOM_KEY, value=job.id)
         # The link would otherwise appear only when the task ends, i.e. after the whole deferral.
         HaiJobLink.persist(context, job.id)

@@ -8,134 +8,22 @@ dashboard inside Airflow must show each of them their own.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.airflow.helpers import INCLUDE, REPO, SERVICE_TOKEN, connection_json
-from tests.support.live_server import LiveServer, free_port
+from tests.airflow.helpers import INCLUDE
+from tests.airflow.services import AirflowServices, poll
+from tests.support.live_server import LiveServer
 
-PASSWORD = "hai-slow-test-password"
 DAG_ID = "hai_submit_training"
-AIRFLOW_USERS = ("admin", "alice", "bob")
-
-
-class AirflowServices:
-    """The four Airflow services in their own AIRFLOW_HOME (SQLite, LocalExecutor)."""
-
-    def __init__(self, home: Path, hai: LiveServer) -> None:
-        self.home = home
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "passwords.json").write_text(json.dumps(dict.fromkeys(AIRFLOW_USERS, PASSWORD)))
-        self.env = {
-            **os.environ,
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
-            "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps(
-                [
-                    {
-                        "name": "dags-folder",
-                        "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
-                        "kwargs": {},
-                    }
-                ]
-            ),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-            "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:admin" for u in AIRFLOW_USERS),
-            "AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "True",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__API__BASE_URL": self.url,
-            "AIRFLOW__API_AUTH__JWT_SECRET": "hai-slow-test-jwt-secret-0123456789",
-            "AIRFLOW__API__SECRET_KEY": "hai-slow-test-secret-key",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-            # Airflow's service identity: it acts for the vision group (alice, bob)
-            "AIRFLOW_CONN_HAI_DEFAULT": connection_json(hai, SERVICE_TOKEN, user_map={}),
-            # the pool sync reads every group's quota, which only an admin sees
-            "AIRFLOW_CONN_HAI_ADMIN": connection_json(hai),
-            "AIRFLOW__HAI__POOL_SYNC_CONN_ID": "hai_admin",
-        }
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def airflow(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "airflow", *args]
-
-    def start(self) -> None:
-        migrate = subprocess.run(
-            self.airflow("db", "migrate"), env=self.env, capture_output=True, timeout=300
-        )
-        assert migrate.returncode == 0, migrate.stderr[-3000:]
-        services = {
-            "api-server": ("api-server", "--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"),
-            "scheduler": ("scheduler",),
-            "dag-processor": ("dag-processor",),
-            "triggerer": ("triggerer",),
-        }
-        for name, args in services.items():
-            with open(self.home / f"{name}.log", "ab") as out:
-                self.procs.append(
-                    subprocess.Popen(
-                        self.airflow(*args),
-                        env=self.env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-
-    def stop(self) -> None:
-        for proc in self.procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name} ---\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:])
-            for p in sorted(self.home.glob("*.log"))
-        )
-
-    def api(self, user: str = "admin", base: str = "/api/v2") -> httpx.Client:
-        """A client of `base` logged in as the Airflow `user` (waits for the api-server)."""
-        deadline = time.monotonic() + 180
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                resp = httpx.post(
-                    f"{self.url}/auth/token", json={"username": user, "password": PASSWORD}, timeout=10
-                )
-                if resp.status_code == 201:
-                    token = resp.json()["access_token"]
-                    return httpx.Client(
-                        base_url=f"{self.url}{base}",
-                        headers={"Authorization": f"Bearer {token}"},
-                        timeout=30,
-                    )
-            assert time.monotonic() < deadline, "the api-server never answered:\n" + self.logs()
-            assert all(p.poll() is None for p in self.procs), "an Airflow service exited:\n" + self.logs()
-            time.sleep(1)
 
 
 @pytest.fixture
@@ -146,16 +34,6 @@ def airflow_services(hai_server: LiveServer, tmp_path: Path) -> Iterator[Airflow
         yield services
     finally:
         services.stop()
-
-
-def poll(check: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str]) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{logs()}"
-        time.sleep(2)
 
 
 def hai_task(server: LiveServer, token: str) -> list[dict[str, Any]]:

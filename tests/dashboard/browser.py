@@ -61,8 +61,10 @@ def chromium() -> Iterator[Any]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 30, what: str = "the condition") -> Any:
-    """Poll `check` until it returns something truthy."""
+def wait_until(
+    check: Callable[[], Any], timeout: float = 30, what: str = "the condition", fail: bool = True
+) -> Any:
+    """Poll `check` until it returns something truthy; at the timeout fail, or return the last value."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -70,6 +72,8 @@ def wait_until(check: Callable[[], Any], timeout: float = 30, what: str = "the c
         if last:
             return last
         time.sleep(0.25)
+    if not fail:
+        return last
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 

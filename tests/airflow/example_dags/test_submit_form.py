@@ -41,7 +41,40 @@ def test_the_package_dropdown_comes_from_the_server(hai_conn: Callable[..., Live
     assert package.schema["enum"] == [454, 455, 456, 457]
     assert package.schema["values_display"]["455"].startswith("2xV100: 2 x V100")
     assert (package.value, worker.value) == (454, 457)
-    assert params.get_param("gpu_type").schema["enum"] == ["", "V100"]
+    # "the package's" type is a real choice: None, which the browser counts as filled in
+    assert params.get_param("gpu_type").schema["enum"] == [None, "V100"]
+    assert params.get_param("gpu_type").value is None
+
+
+REQUIRED = {"task_name", "mode", "max_schedule", "image", "resource_pkg", "code_src", "code_path", "cmd"}
+"""What every job needs; the worker package is required too, but has a default."""
+
+
+@pytest.mark.parametrize("server_up", [pytest.param(True, id="server up"), pytest.param(False, id="down")])
+def test_every_optional_field_may_stay_empty_in_the_browser(
+    server_up: bool, hai_conn: Callable[..., LiveServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Airflow's form requires each field whose type does not allow null, and an empty one blocks
+    Trigger: so each such field must have a valid default, and every other field allows null."""
+    if server_up:
+        hai_conn()
+    else:
+        down = {"conn_type": "hai", "host": f"http://127.0.0.1:{free_port()}", "password": "any-token"}
+        monkeypatch.setenv("AIRFLOW_CONN_HAI_DEFAULT", json.dumps(down))
+    params = load_dag(DAG_ID).params
+    required = {
+        name
+        for name in params
+        if "null" not in (t if isinstance(t := params.get_param(name).schema["type"], list) else [t])
+    }
+    for name in required:
+        assert params.get_param(name).value not in (None, ""), f"{name} is required but has no default"
+    expected = REQUIRED | {"worker_resource_pkg"} if server_up else REQUIRED - {"resource_pkg"}
+    assert required == expected
+    for name in set(params) - required:
+        schema = params.get_param(name).schema
+        if "enum" in schema:
+            assert params.get_param(name).value in schema["enum"], name
 
 
 def test_the_priority_field_shows_the_users_remaining_quota(hai_conn: Callable[..., LiveServer]) -> None:
@@ -78,7 +111,7 @@ def test_the_form_falls_back_quickly_when_the_server_is_down(
     took = time.monotonic() - started
 
     package = params.get_param("resource_pkg")
-    assert "enum" not in package.schema and package.schema["type"] == "integer"
+    assert "enum" not in package.schema and package.schema["type"] == ["null", "integer"]
     assert "could not be reached" in str(package.description) and "`hai res`" in str(package.description)
     assert "High-priority quota left" not in str(params.get_param("max_schedule").description)
     # one request with the form's 2 s timeout, not the client's 30 s; the rest is importing the DAG
@@ -118,6 +151,51 @@ def test_the_new_fields_reach_the_job(storage_server: LiveServer, tmp_path: Path
     assert job.spec["model_dir"] == str(model_dir) and job.spec["project_storage"] == [10111]
     assert job.spec["shm"] == 256 and job.spec["git_branch"] is None
     assert job.latest_checkpoint is not None and Path(job.latest_checkpoint).parent == model_dir
+
+
+def test_a_nas_job_needs_only_a_name_a_code_path_and_a_command(hai_conn: Callable[..., LiveServer]) -> None:
+    server = hai_conn()
+    form = {"task_name": "nas only", "code_path": str(INCLUDE), "cmd": "python3 train.py --steps 2"}
+    run = load_dag(DAG_ID).test(run_conf=form)
+
+    assert task_states(run) == {
+        "check_form": "success",
+        "submit_standalone": "success",
+        "submit_distributed": "skipped",
+        "submit_cpu": "skipped",
+    }
+    with server.client() as client:
+        (job,) = client.jobs(all=True)
+    assert (job.task_name, job.mode, job.gpus, job.state) == ("nas only", "standalone", 1, "SUCCEEDED")
+    assert job.spec["gpu_type"] is None and job.spec["git_branch"] is None and job.spec["model_dir"] is None
+
+
+def test_a_cpu_job_from_the_form_holds_no_gpu(hai_conn: Callable[..., LiveServer]) -> None:
+    server = hai_conn()
+    form = {"task_name": "preprocess", "mode": "cpu", "code_path": str(INCLUDE), "cmd": "true", "cpus": 2}
+    run = load_dag(DAG_ID).test(run_conf=form)
+
+    assert task_states(run)["submit_cpu"] == "success"
+    with server.client() as client:
+        (job,) = client.jobs(all=True)
+    assert (job.mode, job.gpus, job.state) == ("cpu", 0, "SUCCEEDED")
+    assert (job.spec["cpus"], job.spec["memory_gb"]) == (2, 1)
+
+
+def test_a_distributed_job_without_workers_is_refused_naming_the_field(
+    hai_conn: Callable[..., LiveServer], capfd: pytest.CaptureFixture[str]
+) -> None:
+    server = hai_conn()
+    form = {"mode": "distributed", "workers": None, "code_path": str(INCLUDE), "cmd": "true"}
+    run = load_dag(DAG_ID).test(run_conf=form)
+
+    assert task_states(run)["check_form"] == "failed"
+    assert (
+        "workers (worker数目 Workers): a distributed job needs its number of workers"
+        in capfd.readouterr().out
+    )
+    with server.client() as client:
+        assert client.jobs(all=True) == []
 
 
 def test_a_git_branch_needs_code_from_git(
