@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -45,11 +45,43 @@ def free_port() -> int:
 
 DEMO_USER = "demo"
 """The demo's one hai user, a platform admin."""
+SERVICE_USER = "airflow"
+"""The service identity Airflow's connection holds: it acts for the people who trigger runs."""
 
 
-def platform_config(token: str) -> str:
-    """One node of 8 virtual V100s, the document's packages, one unlimited group, one admin;
-    image `local` runs jobs in this Python environment (so the sample code finds torch)."""
+class Tokens(NamedTuple):
+    """The secrets of one demo or `make up` home."""
+
+    person: str
+    """The demo user's own token (for `hai` commands)."""
+    service: str
+    """Airflow's: a service identity acting for the members of group default, never for itself."""
+    jwt: str
+    """Airflow's [api_auth] jwt_secret, shared by its services."""
+
+    @classmethod
+    def fresh(cls) -> Tokens:
+        return cls(*(secrets.token_hex(16) for _ in cls._fields))
+
+    @classmethod
+    def kept_in(cls, home: Path) -> Tokens:
+        """The home's tokens, each in a file private to this user, made on first use."""
+        home.mkdir(parents=True, exist_ok=True)
+        values = []
+        for name in cls._fields:
+            path = home / f"{name}-token"
+            if not path.exists():
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(secrets.token_hex(16))
+            values.append(path.read_text(encoding="utf-8").strip())
+        return cls(*values)
+
+
+def platform_config(tokens: Tokens) -> str:
+    """One node of 8 virtual V100s, the document's packages, one unlimited group, one admin and
+    Airflow's service identity; image `local` runs jobs in this Python environment (so the sample
+    code finds torch)."""
     packages = [(100, "CPU 8 cores", "CPU", 0), (454, "1xV100", "V100", 1), (455, "2xV100", "V100", 2)]
     packages += [(456, "4xV100", "V100", 4), (457, "8xV100", "V100", 8)]
     text = f"""[server]
@@ -74,7 +106,13 @@ admins = ["{DEMO_USER}"]
 name = "{DEMO_USER}"
 group = "default"
 role = "platform_admin"
-token = "{token}"
+token = "{tokens.person}"
+
+[[users]]
+name = "{SERVICE_USER}"
+group = "default"
+token = "{tokens.service}"
+acts_for = ["group:default"]
 """
     for pid, name, gpu_type, gpus in packages:
         text += (
@@ -84,11 +122,67 @@ token = "{token}"
     return text
 
 
-class Stack:
-    """The processes this run started, each in its own session, stopped in reverse order."""
+def descendants(roots: Sequence[int]) -> list[int]:
+    """Every live process below `roots` (children, theirs...), from /proc; a process that has
+    started a session of its own is still found through its parent."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # the command name, in parentheses, may hold spaces: the fields after it are fixed
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(stat[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
-    def __init__(self) -> None:
+
+def processes_with(variable: Callable[[bytes], bool]) -> list[int]:
+    """Processes (not this one) with an environment variable (b"NAME=value") that `variable` accepts."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(variable(v) for v in environ):
+            found.append(int(entry.name))
+    return found
+
+
+def _signal_all(pids: Sequence[int], signum: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+class Stack:
+    """The processes this run started, each in its own session, and everything they start.
+
+    :param marker: an environment variable (NAME=value) every process of the stack carries, so a
+        process that escaped its parent is still stopped.
+    """
+
+    def __init__(self, marker: str | None = None) -> None:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.marker = marker
 
     def start(
         self, name: str, args: Sequence[str], env: dict[str, str], log_path: Path
@@ -106,49 +200,58 @@ class Stack:
         self.procs.append((name, proc))
         return proc
 
-    def stop_all(self, timeout: float = 20.0) -> None:
-        for _name, proc in reversed(self.procs):
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
+    def _marked(self) -> list[int]:
+        marker = self.marker.encode() if self.marker else None
+        return processes_with(lambda v: v == marker) if marker else []
+
+    def stop_all(self, timeout: float = 10.0) -> None:
+        """SIGTERM every process of the stack, SIGKILL what is left after `timeout` seconds, or at
+        once when a second Ctrl-C or SIGTERM comes meanwhile (it never cuts the stop short)."""
+        hurry = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(signum, lambda *_: hurry.set())
+        roots = [proc.pid for _name, proc in self.procs if proc.poll() is None]
+        tree = sorted({*roots, *descendants(roots), *self._marked()})
+        for pid in roots:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGTERM)
+        _signal_all(tree, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for _name, proc in reversed(self.procs):
-            try:
-                proc.wait(max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        while time.monotonic() < deadline and not hurry.is_set():
+            for _name, proc in self.procs:
+                proc.poll()  # reap, so a service that exited is not counted as alive
+            if not any(_alive(pid) for pid in tree):
+                break
+            time.sleep(0.1)
+        # what ignored SIGTERM, and anything started meanwhile
+        _signal_all(sorted({*(p for p in tree if _alive(p)), *self._marked()}), signal.SIGKILL)
+        for _name, proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
 
 
 def kill_jobs_left_behind(hai_home: Path) -> None:
     """SIGKILL processes whose environment carries this HAI_HOME (jobs the stopped server left)."""
     # Jobs do not inherit HAI_HOME; their notice file lies under it.
     marker, notice = f"HAI_HOME={hai_home}".encode(), f"HAI_PREEMPT_NOTICE={hai_home}/".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(v == marker or v.startswith(notice) for v in environ):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
+    _signal_all(processes_with(lambda v: v == marker or v.startswith(notice)), signal.SIGKILL)
 
 
 class HaiService:
     """`hai serve` (``python -m hai_airflow.server``) with its own HAI_HOME on a free port."""
 
-    def __init__(self, stack: Stack, home: Path, token: str, port: int | None = None) -> None:
+    def __init__(self, stack: Stack, home: Path, tokens: Tokens, port: int | None = None) -> None:
         self.home = home
-        self.token = token
+        self.tokens = tokens
+        self.token = tokens.person
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         home.mkdir(parents=True, exist_ok=True)
         config = home / "config.toml"
-        if not config.exists():
-            config.write_text(platform_config(token), encoding="utf-8")
+        # a home made before Airflow had its own identity gets the current config
+        if not config.exists() or f'name = "{SERVICE_USER}"' not in config.read_text(encoding="utf-8"):
+            config.write_text(platform_config(tokens), encoding="utf-8")
         env = {**os.environ, "HAI_HOME": str(home), "PYTHONUNBUFFERED": "1"}
         for name in ("HAI_SERVER", "HAI_TOKEN", "HAI_REGION"):
             env.pop(name, None)
@@ -185,11 +288,17 @@ class HaiService:
 
 
 def airflow_env(airflow_home: Path, hai: HaiService, **extra: str) -> dict[str, str]:
-    """Airflow on SQLite in `airflow_home`, this repo's DAGs, `hai_default` pointing at `hai`."""
+    """Airflow on SQLite in `airflow_home`, this repo's DAGs, `hai_default` pointing at `hai` with
+    the service identity, as a deployment has it."""
     # The demo's one hai user stands behind every Airflow user: `airflow dags test` runs are
     # triggered by "dag_test", the UI's by "admin" (how to map people: README, Airflow).
     people = {"user_map": {"dag_test": DEMO_USER, "admin": DEMO_USER}}
-    connection = {"conn_type": "hai", "host": hai.url, "password": hai.token, "extra": json.dumps(people)}
+    connection = {
+        "conn_type": "hai",
+        "host": hai.url,
+        "password": hai.tokens.service,
+        "extra": json.dumps(people),
+    }
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(airflow_home),
@@ -284,7 +393,7 @@ def run_demo(work: Path, steps: int, step_sleep: float) -> int:
     stop_tail = threading.Event()
     try:
         log(f"working directory {work}")
-        hai = HaiService(stack, work / "hai", secrets.token_hex(16))
+        hai = HaiService(stack, work / "hai", Tokens.fresh())
         log(f"hai serve is up at {hai.url}: one node of 8 virtual V100s")
         env = airflow_env(work / "airflow", hai)
         migrate = subprocess.run(airflow_command("db", "migrate"), env=env, capture_output=True, text=True)
@@ -414,29 +523,57 @@ def check_and_summarise(hai: HaiService, train_id: int, urgent_id: int) -> int:
     return 0
 
 
-def run_up(home: Path, port: int, airflow_port: int) -> int:
-    """`make up`: hai serve and `airflow standalone` in `home`, until Ctrl-C."""
-    stack = Stack()
-    token_file = home / "demo-token"
-    home.mkdir(parents=True, exist_ok=True)
-    if not token_file.exists():
-        token_file.write_text(secrets.token_hex(16), encoding="utf-8")
-    hai = HaiService(stack, home / "hai", token_file.read_text(encoding="utf-8").strip(), port)
+AIRFLOW_SERVICES = ("scheduler", "dag-processor", "triggerer")
+"""Started beside the api-server, as a deployment runs them."""
+
+
+def run_up(home: Path, port: int, airflow_port: int, airflow_host: str) -> int:
+    """`make up`: hai serve and Airflow's four services in `home`, until Ctrl-C or SIGTERM."""
+    tokens = Tokens.kept_in(home)
+    airflow_home = home / "airflow"
+    stack = Stack(marker=f"AIRFLOW_HOME={airflow_home}")
+    hai: HaiService | None = None
     try:
-        env = airflow_env(home / "airflow", hai, AIRFLOW__API__PORT=str(airflow_port))
-        stack.start("airflow standalone", airflow_command("standalone"), env, home / "airflow-standalone.log")
+        hai = HaiService(stack, home / "hai", tokens, port)
+        local = "127.0.0.1" if airflow_host in ("0.0.0.0", "::") else airflow_host
+        url = f"http://{local}:{airflow_port}"
+        env = airflow_env(
+            airflow_home,
+            hai,
+            AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+            AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+            AIRFLOW__API__BASE_URL=url,
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{url}/execution/",
+            AIRFLOW__API_AUTH__JWT_SECRET=tokens.jwt,
+            # the pools mirror every group's quota, which only a platform admin may read
+            AIRFLOW_CONN_HAI_ADMIN=json.dumps(
+                {"conn_type": "hai", "host": hai.url, "password": tokens.person}
+            ),
+            AIRFLOW__HAI__POOL_SYNC_CONN_ID="hai_admin",
+        )
+        migrate = subprocess.run(airflow_command("db", "migrate"), env=env, capture_output=True, text=True)
+        if migrate.returncode != 0:
+            log(f"airflow db migrate failed:\n{migrate.stdout[-2000:]}{migrate.stderr[-2000:]}")
+            return 1
+        api = ("api-server", "--host", airflow_host, "--port", str(airflow_port))
+        for name, args in (("api-server", api), *((n, (n,)) for n in AIRFLOW_SERVICES)):
+            stack.start(f"airflow {name}", airflow_command(*args), env, home / f"airflow-{name}.log")
         log(f"hai serve: {hai.url} (HAI_SERVER={hai.url} HAI_TOKEN={hai.token})")
         log(
-            f"Airflow UI: http://localhost:{airflow_port} (user admin, password in {home / 'airflow'}/"
-            "simple_auth_manager_passwords.json.generated once it has started)"
+            f"Airflow UI: {url} on {airflow_host} (user admin, password in "
+            f"{airflow_home}/simple_auth_manager_passwords.json.generated once it has started); "
+            f"its connection hai_default acts for the signed-in person as hai user {SERVICE_USER}"
         )
         log(f"logs: {home}/*.log; Ctrl-C stops everything")
         while all(proc.poll() is None for _name, proc in stack.procs):
             time.sleep(1)
-        log("a service exited; stopping")
+        log(f"{next(n for n, p in stack.procs if p.poll() is not None)} exited; stopping")
         return 1
     finally:
+        log("stopping every process it started")
         stack.stop_all()
+        if hai is not None:
+            kill_jobs_left_behind(hai.home)
 
 
 @contextlib.contextmanager
@@ -464,11 +601,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--home", type=Path, default=REPO / ".hai" / "up", help="state directory of --up")
     parser.add_argument("--port", type=int, default=8765, help="hai serve port of --up")
     parser.add_argument("--airflow-port", type=int, default=8080, help="Airflow UI port of --up")
+    parser.add_argument(
+        "--airflow-host",
+        default="127.0.0.1",
+        help="address the Airflow UI of --up listens on (0.0.0.0: every interface)",
+    )
     args = parser.parse_args(argv)
     with sigterm_as_interrupt():
         if args.up:
             try:
-                return run_up(args.home, args.port, args.airflow_port)
+                return run_up(args.home, args.port, args.airflow_port, args.airflow_host)
             except KeyboardInterrupt:
                 return 130
         work = Path(tempfile.mkdtemp(prefix="hai-demo-"))

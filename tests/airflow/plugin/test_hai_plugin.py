@@ -5,19 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from hai_airflow.airflow_plugin.listener import PoolSyncListener
+from hai_airflow.airflow_plugin.listener import PoolFollower, PoolSyncListener
 from hai_airflow.airflow_plugin.pools import POOL_NOTE, apply_pools, sync_pools
 from hai_airflow.airflow_plugin.priority import HaiPriorityWeightStrategy, declared_max_schedule, hai_weight
 from hai_airflow.cli.airflow_cmd import app
 from hai_airflow.operators.standalone import HaiStandaloneTrainingOperator
 from tests.airflow.helpers import load_dag, task_states
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, free_port
 
 STRATEGY = "hai_airflow.airflow_plugin.priority.HaiPriorityWeightStrategy"
 
@@ -169,22 +172,55 @@ def test_cli_sync_pools_through_an_airflow_connection(
     assert [r["pool"] for r in json.loads(result.stdout)] == ["hai_vision"]
 
 
-def test_services_sync_pools_when_they_start(
+def _job(job_type: str | None) -> Any:
+    """What a follower reads of the job it runs in. Not a real `Job`: making one calls the plugin's
+    listener, whose follower would live on in this test process."""
+    return SimpleNamespace(job_type=job_type)
+
+
+def test_the_scheduler_keeps_the_pools_following_the_cluster(
     hai_conn: Callable[..., LiveServer], clean_pools: Callable[[], dict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow.jobs.job import Job
-
-    hai_conn()
+    """A hai server that comes up after Airflow and a quota raised later reach the pools by themselves."""
+    down = json.dumps({"conn_type": "hai", "host": f"http://127.0.0.1:{free_port()}", "password": "x"})
+    server = hai_conn()
+    monkeypatch.setenv("AIRFLOW_CONN_HAI_DEFAULT", down)
     listener = PoolSyncListener()
-    listener.on_starting(component=object())  # a task runner: not a service, nothing synced
-    assert clean_pools() == {}
-    listener.on_starting(component=Job())
-    assert clean_pools()["hai_vision"] == (8, True)
+    before = dict(PoolSyncListener.followers)
+    listener.on_starting(component=object())  # a task runner: not a service, nothing starts
+    assert PoolSyncListener.followers == before
+    follower = PoolFollower("hai_default", interval=0.2, owner=_job("SchedulerJob")).start()
+    try:
+        time.sleep(1)  # the server is down: logged, never raised
+        assert follower.thread.is_alive() and clean_pools() == {}
+        hai_conn()  # the hai server is up now
+        wait_until(lambda: clean_pools().get("hai_vision") == (8, True), "the pool of vision")
+        with server.client() as admin:
+            admin.set_group_quota("vision", 12)
+        wait_until(lambda: clean_pools().get("hai_vision") == (12, True), "the raised quota")
+    finally:
+        follower.stopped.set()
+        follower.thread.join(5)
+    # none outlives its test: one left running would sync (and log) in this process every 15 s
+    assert [t for t in threading.enumerate() if t.name == "hai-pool-follower"] == []
 
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_HAI_DEFAULT", json.dumps({"conn_type": "hai", "host": "http://127.0.0.1:9"})
-    )
-    listener.on_starting(component=Job())  # unreachable server: logged, never raised
+
+def test_only_the_scheduler_syncs_the_pools(
+    hai_conn: Callable[..., LiveServer], clean_pools: Callable[[], dict]
+) -> None:
+    hai_conn()
+    follower = PoolFollower("hai_default", interval=0.2, owner=_job(None))
+    follower.start()
+    follower.owner.job_type = "TriggererJob"  # set by the job's runner, after the listener ran
+    follower.thread.join(5)
+    assert not follower.thread.is_alive() and clean_pools() == {}
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 # ---- provider metadata ------------------------------------------------------------------------
