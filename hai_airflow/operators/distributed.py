@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, processes_field
+from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, chosen_gpus, processes_field
 from hai_airflow.spec import DistributedJobSpec, JobSpec, ResourcePackageView
 
 
@@ -57,10 +57,9 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         self.processes = processes
         self._take_quota_pool()
 
-    def declared_gpus(self) -> int | None:
-        if isinstance(self.workers, int) and isinstance(self.gpus_per_worker, int):
-            return self.workers * self.gpus_per_worker
-        return None
+    def pool_gpus(self, packages: Sequence[ResourcePackageView] | None) -> int | None:
+        per_worker = chosen_gpus(packages, self.worker_resource_pkg, self.gpus_per_worker, self.gpu_type)
+        return self.workers * per_worker if isinstance(self.workers, int) and per_worker else None
 
     def build_spec(self, packages: Sequence[ResourcePackageView]) -> JobSpec:
         package = choose_package(

@@ -129,6 +129,51 @@ def choose_package(
     return chosen.id
 
 
+PACKAGES_TTL_S = 60.0
+"""How long the packages asked while a DAG file is parsed are reused: files are parsed often."""
+_packages_seen: dict[str, tuple[float, tuple[ResourcePackageView, ...] | None]] = {}
+
+
+def packages_when_parsed(conn_id: str, timeout: float = 2.0) -> tuple[ResourcePackageView, ...] | None:
+    """The server's packages for sizing a task's pool slots as its DAG file is parsed; one short
+    request a minute per connection; None when the server cannot be reached."""
+    asked = _packages_seen.get(conn_id)
+    if asked is not None and time.monotonic() - asked[0] < PACKAGES_TTL_S:
+        return asked[1]
+    hook = HaiHook(conn_id, timeout=timeout)
+    packages: tuple[ResourcePackageView, ...] | None
+    try:
+        packages = tuple(hook.get_conn().resource_packages())
+    # parsing must go on whatever the failure (no connection, server down, a refusal)
+    except Exception:
+        packages = None
+    finally:
+        hook.close()
+    _packages_seen[conn_id] = (time.monotonic(), packages)
+    return packages
+
+
+def chosen_gpus(
+    packages: Sequence[ResourcePackageView] | None,
+    package_id: int | str | None,
+    gpus: int | str | None,
+    gpu_type: str | None,
+) -> int | None:
+    """GPUs of the package `choose_package` would take, from literal arguments only; without the
+    server's packages, the GPUs asked for; None when templated or not choosable."""
+    package_id = package_id if isinstance(package_id, int) else None
+    gpus = gpus if isinstance(gpus, int) else None
+    if packages is None or (package_id is None and gpus is None):
+        return gpus
+    if gpu_type is not None and "{{" in gpu_type:
+        return gpus
+    try:
+        chosen = choose_package(packages, package_id, gpus, gpu_type, "package")
+        return find_package(packages, chosen, "package").gpus
+    except AirflowFailException:
+        return None
+
+
 def processes_field(processes: str | None) -> dict[str, str]:
     """The ``processes`` spec field when one was chosen; None or an empty form field leaves the mode's
     default (per-worker for standalone jobs, per-gpu for distributed ones)."""
@@ -179,9 +224,11 @@ class BaseHaiJobOperator(BaseOperator):
     :param on_over_quota: when a high-priority job does not fit the quota: ``wait`` (defer until
         it does, then submit as high), ``fail``, or ``downgrade`` (submit as low priority).
     :param resource_group: the acting user's resource group, only to hold the Airflow pool
-        ``hai_<group>``: a high-priority task that waits for quota takes ``pool_slots`` = its GPUs
-        of it. Needs ``max_schedule`` and the GPU count as literal numbers. ``None`` (default): no
-        pool; the group the job counts against is always the acting user's, from the server.
+        ``hai_<group>``: a high-priority task that waits for quota takes ``pool_slots`` = the GPUs
+        of the package its job will take (times the workers), asked of the server when the DAG file
+        is parsed (the GPUs asked for, if it cannot be reached). Needs ``max_schedule`` and the
+        package or GPU count as literal numbers. ``None`` (default): no pool; the group the job
+        counts against is always the acting user's, from the server.
     :param hai_user: the hai user a run nobody triggered acts for (templated; else the DAG param
         ``hai_user``, else the DAG's ``owner``). A run someone triggered acts for them.
     :param cancel_on_kill: cancel the job when the task is killed, marked failed or cleared.
@@ -297,19 +344,21 @@ class BaseHaiJobOperator(BaseOperator):
     def build_spec(self, packages: Sequence[ResourcePackageView]) -> JobSpec:
         """The job to submit, from the rendered arguments (pydantic validates it)."""
 
-    def declared_gpus(self) -> int | None:
-        """GPUs known before rendering, for the pool slots; None when only the server knows."""
+    def pool_gpus(self, packages: Sequence[ResourcePackageView] | None) -> int | None:
+        """GPUs of the package the job will take, times its workers, from literal arguments: the
+        pool slots. `packages` None (the server not reached): the GPUs declared, if any."""
         return None
 
     def _take_quota_pool(self) -> None:
         """High priority, waiting for quota, GPUs known: hold that many slots of the group's pool."""
-        gpus = self.declared_gpus()
         if self._pool_given or self.resource_group is None or self.on_over_quota != "wait":
             return
-        if not isinstance(self.max_schedule, int) or not is_high(self.max_schedule) or not gpus:
+        if not isinstance(self.max_schedule, int) or not is_high(self.max_schedule):
             return
-        self.pool = pool_name(self.resource_group)
-        self.pool_slots = gpus
+        gpus = self.pool_gpus(packages_when_parsed(self.hai_conn_id))
+        if gpus:
+            self.pool = pool_name(self.resource_group)
+            self.pool_slots = gpus
 
     def common_fields(self) -> dict[str, Any]:
         """The spec fields every mode shares, from the rendered arguments."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, processes_field
+from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, chosen_gpus, processes_field
 from hai_airflow.spec import JobSpec, ResourcePackageView, StandaloneJobSpec
 
 
@@ -16,7 +16,7 @@ class HaiStandaloneTrainingOperator(BaseHaiJobOperator):
 
     :param resource_pkg: resource package id (``hai res``); may be left out when `gpus` is given.
     :param gpus: GPUs wanted; picks the smallest package with that many (of `gpu_type`), or is
-        checked against `resource_pkg`. As a literal number it also sizes the quota pool slots.
+        checked against `resource_pkg`.
     :param gpu_type: GPU type (V100, A100, P100, T4...); default the package's.
     :param processes: ``per-worker`` (None, the default): the command runs once and sees every GPU;
         ``per-gpu``: one process per GPU, each given its Horovod and torch.distributed rank
@@ -47,8 +47,8 @@ class HaiStandaloneTrainingOperator(BaseHaiJobOperator):
         self.processes = processes
         self._take_quota_pool()
 
-    def declared_gpus(self) -> int | None:
-        return self.gpus if isinstance(self.gpus, int) else None
+    def pool_gpus(self, packages: Sequence[ResourcePackageView] | None) -> int | None:
+        return chosen_gpus(packages, self.resource_pkg, self.gpus, self.gpu_type)
 
     def build_spec(self, packages: Sequence[ResourcePackageView]) -> JobSpec:
         package = choose_package(packages, self.resource_pkg, self.gpus, self.gpu_type, "resource_pkg")

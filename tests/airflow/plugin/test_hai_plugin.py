@@ -123,6 +123,48 @@ def test_operators_take_their_groups_pool_only_when_they_would_wait_for_quota() 
     assert op(max_schedule=4, gpus=2, pool="mine").pool == "mine"
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "slots"),
+    [
+        pytest.param({"gpus": 2}, 2, id="a package of exactly the GPUs asked"),
+        pytest.param({"gpus": 3}, 4, id="the 4-GPU package hai submit picks for 3"),
+        pytest.param({"resource_pkg": 457}, 8, id="a package named: its GPUs"),
+        pytest.param({"workers": 2, "gpus_per_worker": 3}, 8, id="distributed: workers x the package's"),
+        pytest.param({"workers": 2, "worker_resource_pkg": 455}, 4, id="distributed with a package"),
+        pytest.param({"resource_pkg": "{{ params.p }}"}, None, id="templated: unknown, no pool"),
+    ],
+)
+def test_pool_slots_are_the_gpus_of_the_package_the_job_will_take(
+    kwargs: dict[str, Any], slots: int | None, hai_conn: Callable[..., LiveServer]
+) -> None:
+    from hai_airflow.operators import job
+    from hai_airflow.operators.distributed import HaiDistributedTrainingOperator
+
+    hai_conn()
+    job._packages_seen.clear()
+    kind = HaiDistributedTrainingOperator if "workers" in kwargs else HaiStandaloneTrainingOperator
+    task = kind(task_id="t", code_path="/c", cmd="x", resource_group="vision", max_schedule=4, **kwargs)
+    assert (task.pool, task.pool_slots) == (("hai_vision", slots) if slots else ("default_pool", 1))
+
+
+def test_pool_slots_fall_back_to_the_gpus_asked_when_the_server_is_down(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hai_airflow.operators import job
+
+    down = json.dumps({"conn_type": "hai", "host": f"http://127.0.0.1:{free_port()}", "password": "x"})
+    monkeypatch.setenv("AIRFLOW_CONN_HAI_DEFAULT", down)
+    job._packages_seen.clear()
+    task = HaiStandaloneTrainingOperator(
+        task_id="t", code_path="/c", cmd="x", resource_group="vision", max_schedule=4, gpus=3
+    )
+    assert (task.pool, task.pool_slots) == ("hai_vision", 3)
+    named = HaiStandaloneTrainingOperator(
+        task_id="u", code_path="/c", cmd="x", resource_group="vision", max_schedule=4, resource_pkg=457
+    )
+    assert named.pool == "default_pool"  # its GPUs are unknown: no pool rather than a wrong count
+
+
 def test_sync_mirrors_every_group_quota(
     hai_conn: Callable[..., LiveServer], clean_pools: Callable[[], dict]
 ) -> None:
