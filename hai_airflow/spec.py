@@ -269,6 +269,19 @@ def is_high(max_schedule: int) -> bool:
     return max_schedule > 0
 
 
+def holds_high_priority(max_schedule: int, gpus: int) -> bool:
+    """Only a job that holds GPUs is high priority: the quota counts GPUs, so it could not bound a
+    CPU job's, and a CPU job never suspends a GPU job."""
+    return is_high(max_schedule) and gpus > 0
+
+
+CPU_NEVER_HIGH = (
+    "a CPU job is always low priority: the high-priority quota counts GPUs, so it cannot cover one",
+    "Submit it with max_schedule 0; it holds no GPU, so no high-priority job suspends it for GPUs",
+)
+"""The refusal of a high-priority CPU job (error, fix), at submission and promotion alike."""
+
+
 def priority_class(max_schedule: int) -> PriorityClass:
     return "high" if is_high(max_schedule) else "low"
 

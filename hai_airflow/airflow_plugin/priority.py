@@ -60,7 +60,16 @@ def hai_weight(max_schedule: int, created_at: float) -> int:
     """
     if priority_class(max_schedule) == "low":
         return 0
-    job = Job(id=0, user="", group="", state="PENDING", max_schedule=max_schedule, submitted_at=created_at)
+    # a high-priority job holds GPUs (a CPU job never is high): one stands for any count
+    job = Job(
+        id=0,
+        user="",
+        group="",
+        state="PENDING",
+        max_schedule=max_schedule,
+        submitted_at=created_at,
+        gpus_per_worker=1,
+    )
     return round(weight(job, WEIGHT_EPOCH).score)
 
 

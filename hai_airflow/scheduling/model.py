@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from hai_airflow.spec import PriorityClass, is_high, priority_class
+from hai_airflow.spec import PriorityClass, holds_high_priority, priority_class
 
 if TYPE_CHECKING:
     from hai_airflow.scheduling.usage import Usage
@@ -81,13 +81,13 @@ class Job:
     shape: Shape = field(init=False, repr=False, compare=False)
     """What it asks for, from the fields above (set once: a plan reads it for every queued job)."""
     high: bool = field(init=False, repr=False, compare=False)
-    """High priority (`spec.is_high` of max_schedule), set once like `shape`."""
+    """High priority (`spec.holds_high_priority`: max_schedule > 0 and GPUs), set once like `shape`."""
 
     def __post_init__(self) -> None:
         workers = self.workers if self.workers > 1 else 1
         gpus, cpus, memory = self.gpus_per_worker, self.cpus_per_worker, self.memory_gb_per_worker
         object.__setattr__(self, "shape", Shape(self.gpu_type, workers, gpus, cpus, memory))
-        object.__setattr__(self, "high", is_high(self.max_schedule))
+        object.__setattr__(self, "high", holds_high_priority(self.max_schedule, workers * gpus))
 
     @property
     def priority(self) -> PriorityClass:

@@ -26,6 +26,7 @@ from hai_airflow.server.paths import check_spec_paths, check_storage_owners
 from hai_airflow.server.tables import Base, EventRow, GroupRow, InstanceRow, JobRow, UserRow
 from hai_airflow.server.views import job_view
 from hai_airflow.spec import (
+    CPU_NEVER_HIGH,
     TERMINAL_STATES,
     CpuJobSpec,
     DistributedJobSpec,
@@ -33,6 +34,7 @@ from hai_airflow.spec import (
     ResourcePackage,
     StandaloneJobSpec,
     SubmitRequest,
+    holds_high_priority,
     is_high,
     priority_class,
 )
@@ -227,6 +229,8 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     caller, spec = submit.caller, submit.request.spec
     check_references(ctx, caller, spec)
     res = resolve_resources(ctx, spec)
+    if is_high(spec.max_schedule) and not holds_high_priority(spec.max_schedule, res.gpus):
+        raise ApiError(422, CPU_NEVER_HIGH[0], field="spec.max_schedule", fix=CPU_NEVER_HIGH[1])
     values = dict(
         task_name=spec.task_name,
         mode=spec.mode,

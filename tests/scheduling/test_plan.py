@@ -260,6 +260,14 @@ CASES = [
         ],
         id="starvation guard keeps the nearest node for the first high job",
     ),
+    pytest.param(
+        snapshot([node("n1", cpus=8, memory_gb=64)], [
+            job(11).low().gpus(8).resources(6, 16).running_since(T0 - 900).on("n1"),
+            job(1).high().cpu_only(6, 8),
+        ]),
+        [Wait(1, "needs 6 CPUs / 8 GB on one node; no node has that much CPU and memory free", 1)],
+        id="a CPU job never suspends a GPU job, whatever its max_schedule says",
+    ),
 ]
 
 

@@ -150,8 +150,12 @@ def check(snapshot: Snapshot, decisions: list[Decision]) -> None:
     usage(snapshot, [(j.id, j.placement) for j in holding if j.id not in victims]
           + [(d.job_id, d.placement) for d in admits + reserves])
     for s in suspends:
-        assert jobs[s.preemptor_id].max_schedule > 0, "low priority never causes a suspension"
-        assert jobs[s.job_id].state == "RUNNING" and jobs[s.job_id].max_schedule == 0
+        preemptor = jobs[s.preemptor_id]
+        assert preemptor.max_schedule > 0, "low priority never causes a suspension"
+        assert preemptor.total_gpus > 0, "a CPU job never suspends another job"
+        victim = jobs[s.job_id]
+        # a CPU job is low priority whatever its max_schedule says
+        assert victim.state == "RUNNING" and (victim.max_schedule == 0 or victim.total_gpus == 0)
         assert any(r.job_id == s.preemptor_id for r in reserves)
     assert len(victims) == len(suspends), "a job is suspended for one preemptor only"
     reserved_for = {(r.node, g): r.job_id for r in snapshot.reservations if r.job_id in waiting

@@ -29,6 +29,7 @@ from hai_airflow.server.routes.deps import (
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, UserRow
 from hai_airflow.server.views import instance_view, job_detail, job_view
 from hai_airflow.spec import (
+    CPU_NEVER_HIGH,
     ClientKey,
     FilterText,
     HighMaxSchedule,
@@ -38,6 +39,7 @@ from hai_airflow.spec import (
     PrincipalName,
     StoreId,
     SubmitRequest,
+    holds_high_priority,
     is_high,
 )
 
@@ -202,8 +204,10 @@ def promote_job(
         require_unfinished(row, "promote")
         if row.cancel_requested:
             raise ApiError(409, f"job {job_id} is being cancelled", field="job_id", fix="Submit a new job")
+        gpus = row.workers * row.gpus_per_worker
+        if not holds_high_priority(body.max_schedule, gpus):
+            raise ApiError(409, f"job {job_id}: {CPU_NEVER_HIGH[0]}", field="job_id", fix=CPU_NEVER_HIGH[1])
         if not is_high(row.max_schedule):
-            gpus = row.workers * row.gpus_per_worker
             submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude=(row.id,))
         old = row.max_schedule
         row.max_schedule = body.max_schedule
