@@ -40,6 +40,11 @@ class Caller:
     def administers(self, group: str) -> bool:
         return self.is_platform_admin or group in self.admin_of
 
+    def may_set_quota_of(self, user: str, group: str) -> bool:
+        """A group admin sets the quotas of the others in her group; her own, like a group's, is set
+        by a platform admin (the platform document's roles)."""
+        return self.is_platform_admin or (user != self.name and group in self.admin_of)
+
     def may_see(self, user: str, group: str) -> bool:
         """Users see their own jobs, group admins their group's, platform admins all."""
         return user == self.name or self.administers(group)

@@ -85,16 +85,34 @@ def storage_refusal(
 
 
 def check_storage_owners(config: ServerConfig, caller: Caller, spec: AnySpec) -> None:
-    """Refuse (403) a project storage that names neither the caller nor the caller's group."""
-    refusal = storage_refusal(config, caller.name, caller.group, caller.is_platform_admin, spec)
-    if refusal is not None:
-        raise ApiError(
-            403,
-            refusal,
-            field="spec.project_storage",
-            fix="Ask the platform admin to add you or your group to the storage's [storages.<id>], "
-            "or leave it out",
-        )
+    """Refuse (403) a project storage the caller may not mount; an unknown id is answered the same way,
+    naming only the caller's own storages, so nobody learns which ids exist or whose they are."""
+    if caller.is_platform_admin:
+        unknown = [sid for sid in spec.project_storage if sid not in config.storages]
+        if unknown:
+            known = ", ".join(str(s) for s in sorted(config.storages)) or "none configured"
+            raise ApiError(
+                422,
+                f"unknown project storage {unknown[0]}",
+                field="spec.project_storage",
+                fix=f"Use a configured project storage id (known: {known}) or add it to the config",
+            )
+        return
+    for sid in spec.project_storage:
+        storage = config.storages.get(sid)
+        if storage is None or not may_mount(storage, caller.name, caller.group, False):
+            mine = [
+                s
+                for s, st in sorted(config.storages.items())
+                if may_mount(st, caller.name, caller.group, False)
+            ]
+            raise ApiError(
+                403,
+                f"project storage {sid} is not one you may mount",
+                field="spec.project_storage",
+                fix=f"Use one of yours ({', '.join(map(str, mine)) or 'none'}), or ask the platform admin "
+                "to add you or your group to it",
+            )
 
 
 def launch_storage_problem(config: ServerConfig, user: str, group: str, spec: AnySpec) -> str | None:

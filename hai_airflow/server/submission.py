@@ -113,18 +113,6 @@ def check_references(
     ctx: ServerContext, caller: Caller, spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
 ) -> None:
     """Refuse what the job names but may not have: unknown or others' storages, paths outside its roots."""
-    storages = ctx.storages
-
-    for sid in spec.project_storage:
-        if sid not in storages:
-            known = ", ".join(str(s) for s in sorted(storages)) or "none configured"
-            raise ApiError(
-                422,
-                f"unknown project storage {sid}",
-                field="spec.project_storage",
-                fix=f"Use a configured project storage id (known: {known}) or ask the platform admin "
-                "to add it",
-            )
     check_storage_owners(ctx.config, caller, spec)
     check_spec_paths(ctx.config, ctx.home, caller, spec)
     # The local backend runs on this machine, so a missing directory can be refused now

@@ -93,14 +93,17 @@ def set_user_quota(
 ) -> QuotaView:
     with ctx.store.write() as s:
         row = s.get(UserRow, user)
-        if row is None:
-            raise not_found("user", user, fix="See the members of your group with `hai quota`")
-        if not caller.administers(row.group_name):
+        if row is None and caller.is_platform_admin:
+            raise not_found("user", user, fix="See the users with `hai quota --all`")
+        # the same answer whether or not the user exists, so it tells nobody who is registered
+        if row is None or not caller.may_set_quota_of(row.name, row.group_name):
+            own = row is not None and row.name == caller.name
             raise ApiError(
                 403,
-                f"only an admin of group {row.group_name} can set {user}'s quota",
+                f"you may not set {user}'s quota"
+                + (": a group admin sets the others' quotas, a platform admin hers" if own else ""),
                 field="user",
-                fix="Ask your group admin",
+                fix="Ask a platform admin" if own else "Ask an admin of that user's group",
             )
         row.quota_gpus = body.gpus
         group = row.group_name

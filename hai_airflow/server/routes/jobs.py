@@ -103,14 +103,15 @@ def list_jobs(
             (JobRow.user_name == caller.name) | JobRow.group_name.in_(sorted(caller.admin_of))
         )
     with ctx.store.read() as s:
-        if user is not None and user != caller.name:
+        if user is not None and user != caller.name and not caller.is_platform_admin:
             owner = s.get(UserRow, user)
-            if owner is not None and not caller.administers(owner.group_name):
+            # the same answer whether or not the user exists: a list must not tell who is registered
+            if owner is None or not caller.administers(owner.group_name):
                 raise ApiError(
                     403,
                     f"you may not list {user}'s jobs",
                     field="user",
-                    fix=f"Leave out --user, or ask an admin of group {owner.group_name}",
+                    fix="List your own jobs (leave out --user), or those of a group you administer",
                 )
         if user is not None:
             query = query.where(JobRow.user_name == user)
