@@ -144,7 +144,12 @@ def confine(path: str, rules: PathRules, field: str, whole_tree: bool = True) ->
         )
     if ".." in PurePosixPath(path).parts:
         raise PathRefused(field, path, "it contains '..'", fix)
-    versions = _versions(path)
+    try:
+        versions = _versions(path)
+    except OSError as e:
+        # a component changed while it was resolved (a symlink swapped for a directory: EINVAL)
+        reason = f"it changed while it was checked ({e.strerror or e})"
+        raise PathRefused(field, path, reason, "Submit again once the path stays put") from None
     resolved = _resolve(rules)
     for version in versions:
         problem = system_problem(version, resolved, whole_tree)

@@ -346,9 +346,9 @@ def submit_threads(ctx: ServerContext) -> int:
 def submit_all(ctx: ServerContext, submits: list[Submit]) -> list[Outcome]:
     """Store each submit's job as PENDING, all in one short write (group commit); one outcome each.
 
-    A refusal (an unknown package, a path outside the roots, a full quota) is that submit's outcome
-    and never fails the others. Run by the API's intake threads (`intake.Intake`), several batches
-    at once.
+    A refusal (an unknown package, a path outside the roots, a full quota), or any error in checking
+    one submit, is that submit's outcome and never fails the others. Run by the API's intake threads
+    (`intake.Intake`), several batches at once.
     """
     now = time.time()
     refused: dict[int, Outcome] = {}
@@ -358,6 +358,10 @@ def submit_all(ctx: ServerContext, submits: list[Submit]) -> list[Outcome]:
             checked[i] = _check(ctx, submit, now)
         except ApiError as refusal:
             refused[i] = refusal
+        # whatever else checking one submit raises is that submit's answer, never its batch's
+        except Exception as error:
+            log.warning("checking a submit of %s failed: %r", submit.caller.name, error)
+            refused[i] = error
     stored = dict(zip(checked, _store_all(ctx, list(checked.values())), strict=True)) if checked else {}
     if any(isinstance(o, tuple) and o[1] for o in stored.values()):
         ctx.wakeup.set()

@@ -203,6 +203,28 @@ def test_a_submit_the_database_refuses_fails_alone_and_the_rest_of_its_batch_is_
         }
 
 
+def test_an_error_in_checking_one_submit_is_its_own_and_the_rest_of_its_batch_is_stored(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checking one submit may meet what no refusal foresaw (a path swapped as it is resolved): that
+    submit gets the error, and the others of its batch are stored as if it had not been there."""
+    checks = submission.check_references
+
+    def swapped(ctx: Any, caller: Caller, spec: Any) -> None:
+        if spec.task_name == "racing":
+            raise OSError(22, "Invalid argument")
+        checks(ctx, caller, spec)
+
+    monkeypatch.setattr(submission, "check_references", swapped)
+    first, racing, last = submission.submit_all(
+        api.ctx, [_submit(api, "x"), _submit(api, "r", task_name="racing"), _submit(api, "y")]
+    )
+    assert isinstance(racing, OSError)
+    assert isinstance(first, tuple) and isinstance(last, tuple) and first[1] and last[1]
+    with api.ctx.store.read() as s:
+        assert sorted(s.scalars(select(JobRow.client_key))) == ["x", "y"]
+
+
 def test_a_key_refused_by_the_quota_is_free_for_a_submit_later_in_the_same_batch(api: Api) -> None:
     full = _submit(api, "full", resource_pkg=457, max_schedule=4)  # alice: 8/8
     high = _submit(api, "k", resource_pkg=457, max_schedule=4)
