@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import ipaddress
 import os
 import select
 import signal
@@ -65,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Store
 
     def _key(self) -> tuple[str, str] | None:
-        if not _same_user(self.client_address):
+        if not _same_user(self.client_address, self.connection.getsockname()[0]):
             self._answer(403)
             return None
         parts = self.path.split("/")
@@ -121,12 +122,14 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def _same_user(peer: tuple[str, int]) -> bool:
-    """False when the peer's socket is on this machine and belongs to another user.
+def _same_user(peer: tuple[str, int], local_host: str) -> bool:
+    """Whether the peer may use the store: its socket is this user's, or it lives in another network
+    namespace (another container or pod of the instance, which /proc/net here does not list).
 
-    Only processes in this network namespace are listed in /proc/net; on the local backend that is every
-    job of the machine, and jobs run as their owners' accounts (`run_as`) cannot read each other's store.
-    A peer in another namespace (another container or pod of the instance) is not listed: allowed.
+    A peer on this machine's own address (loopback, or the address the store was reached at) must be
+    found, and found to be this user's: a socket that is gone already (a request sent, then reset) is
+    refused, never taken for a stranger's namespace. On the local backend every job of the machine is
+    listed, and jobs run as their owners' accounts (`run_as`) cannot read each other's store.
     """
     host, port = peer[0], peer[1]
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
@@ -137,9 +140,19 @@ def _same_user(peer: tuple[str, int]) -> bool:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 7 and fields[1].endswith(f":{port:04X}") and _hex_ip(fields[1]) == host:
-                return int(fields[7]) == os.getuid()
-    return True
+            if len(fields) > 9 and fields[1].endswith(f":{port:04X}") and _hex_ip(fields[1]) == host:
+                # inode 0: no process holds the socket any more (closed, reset), and its uid reads 0
+                return fields[9] != "0" and int(fields[7]) == os.getuid()
+    return not _on_this_machine(host, local_host)
+
+
+def _on_this_machine(host: str, local_host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return True  # what cannot be read is not trusted
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return (mapped or address).is_loopback or host == local_host
 
 
 def _hex_ip(field: str) -> str:

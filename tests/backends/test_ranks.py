@@ -73,3 +73,35 @@ def test_a_process_of_another_user_on_this_machine_is_refused(store: tuple[str, 
     out = subprocess.run([SYSTEM_PYTHON, "-I", "-c", probe], capture_output=True, text=True, timeout=30)
     assert out.stdout.split()[0] == "403", out.stderr
     assert "secret" not in out.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another OS user")
+def test_a_put_whose_socket_is_gone_before_the_check_is_refused(store: tuple[str, int]) -> None:
+    """Another user sends a whole PUT and resets the connection at once (SO_LINGER 0): no socket is
+    left to look up by the time the store checks; it must refuse, not take the peer for a stranger's
+    namespace (issue 37, finding 4)."""
+    probe = (
+        "import os, socket, struct\n"
+        "os.setgid(65534); os.setuid(65534)\n"
+        "body = b'injected'\n"
+        "for i in range(60):\n"
+        f"    s = socket.create_connection(('127.0.0.1', {store[1]}))\n"
+        "    s.sendall(b'PUT /global/rank_%d HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: %d\\r\\n\\r\\n' "
+        "% (i, len(body)) + body)\n"
+        "    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack('ii', 1, 0))\n"
+        "    s.close()\n"
+    )
+    out = subprocess.run([SYSTEM_PYTHON, "-I", "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    stored = [i for i in range(60) if call(store, "GET", f"/global/rank_{i}")[0] == 200]
+    assert stored == [], f"{len(stored)} of 60 values from another user were stored"
+
+
+def test_a_peer_on_this_machine_that_cannot_be_found_is_refused() -> None:
+    # a port no socket of this machine has: as if its owner had reset the connection already
+    gone = ("127.0.0.1", free_port())
+    assert not ranks._same_user(gone, "127.0.0.1")
+    # the address the store was reached at is this machine too
+    assert not ranks._same_user(("198.18.0.3", gone[1]), "198.18.0.3")
+    # a peer in another network namespace (another container or pod of the instance) is not listed here
+    assert ranks._same_user(("198.18.0.4", gone[1]), "198.18.0.3")
