@@ -94,6 +94,7 @@ class Pages:
             message=message,
             fix=fix,
             token_form=token_form,
+            back=request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         )
 
 

@@ -258,8 +258,8 @@ def test_the_dashboard_renders_behind_a_tls_proxy(busy_server: LiveServer) -> No
     # so this request looks to the dashboard as if the viewer came in over https.
     proxied = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
     with httpx.Client(base_url=busy_server.url, timeout=30, headers=proxied) as browser:
-        signed_in = browser.get("/ui/queue", params={"token": TOKENS["alice"]})
-        assert signed_in.status_code == 303
+        signed_in = browser.post("/ui/sign-in", data={"token": TOKENS["alice"], "next": "/ui/queue"})
+        assert signed_in.status_code == 303, signed_in.text
         assert "secure" in signed_in.headers["set-cookie"].lower(), "the server saw the viewer's https"
         page = browser.get("/ui/queue", headers=bearer("alice"))
     assert page.status_code == 200, page.text
