@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.confine import PathRefused, confine
 from hai_airflow.backends.gitcode import CheckoutError, checkout
 from hai_airflow.backends.inventory import detect
 from hai_airflow.backends.jobuser import (
@@ -38,7 +39,7 @@ from hai_airflow.backends.jobuser import (
 from hai_airflow.backends.launches import handle_data, image_of, read_handles
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.spawner import SPAWNER, Spawner
-from hai_airflow.backends.supervisor import RUN_AS_VARIABLE, kill_tree
+from hai_airflow.backends.supervisor import CODE_DIR_VARIABLE, RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
     MASTER_ADDR,
     Gang,
@@ -379,7 +380,13 @@ class LocalBackend:
                 f"code_path {spec.code_path} is not a directory on this machine; "
                 "point --code-path at the job's code directory on the NAS"
             )
-        return path
+        # Where the checked path leads now; the command enters exactly this, as the job's account.
+        if launch.paths is None:
+            return Path(os.path.realpath(path))
+        try:
+            return Path(confine(str(path), launch.paths, "spec.code_path", whole_tree=False))
+        except PathRefused as refused:
+            raise StartError(str(refused)) from None
 
     def _job_user(self, launch: Launch) -> JobUser | None:
         """The account the instance runs as, its dirs made its own; None runs it as the server's user."""
@@ -448,13 +455,15 @@ class LocalBackend:
             log_path = worker_log_path(launch.log_path, slot.rank)
             args += [str(launch.log_path), f"[worker {slot.rank}] "]
         # Only the platform says whom the command runs as, never the job's own env.
-        env = {k: v for k, v in env.items() if k != RUN_AS_VARIABLE}
+        env = {k: v for k, v in env.items() if k not in (RUN_AS_VARIABLE, CODE_DIR_VARIABLE)}
         if user is not None:
             # The supervisor stays the server's user; only the command becomes the job's.
             env[RUN_AS_VARIABLE] = f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"
+        # Entered by the command's own process after the switch: root never follows the user's path.
+        env[CODE_DIR_VARIABLE] = str(cwd)
         out = open_job_log(log_path)
         try:
-            pid, started = self._spawner.spawn(args, env, str(launch.work_dir), str(cwd), out)
+            pid, started = self._spawner.spawn(args, env, str(launch.work_dir), None, out)
         finally:
             os.close(out)
         # It leads a session and a process group of its own; started 0: it has already ended.

@@ -32,8 +32,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 SPAWNER = Path(__file__)
-Supervise = Callable[[list[str], int], int]
-"""`supervisor.main`: the supervisor's argv and the command's open directory to its exit code."""
+Supervise = Callable[[list[str], int | None], int]
+"""`supervisor.main`: the supervisor's argv and the command's open directory (or None) to its exit code."""
 _LENGTH = struct.Struct("!I")
 LOCALE_VARIABLES = frozenset({"LANG", "LC_ALL", "LC_CTYPE"})
 """What the spawner's environment keeps of the server's."""
@@ -55,10 +55,10 @@ class Spawner:
         self._process: subprocess.Popen[bytes] | None = None
 
     def spawn(
-        self, argv: list[str], env: Mapping[str, str], cwd: str, command_dir: str, stdout: int
+        self, argv: list[str], env: Mapping[str, str], cwd: str, command_dir: str | None, stdout: int
     ) -> tuple[int, int]:
-        """Start a supervisor in `cwd` for a command that runs in `command_dir`; (pid, start time in
-        clock ticks, 0 if it has already ended).
+        """Start a supervisor in `cwd` for a command that runs in `command_dir` (None: the supervisor
+        enters it itself); (pid, start time in clock ticks, 0 if it has already ended).
 
         Raises OSError when the process could not be set up (a directory that is gone), as
         `subprocess.Popen` would, and when the spawner cannot be reached.
@@ -207,7 +207,9 @@ def _child(request: dict, stdout: int, status: int, supervise: Supervise) -> Non
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the supervisor waits for its own children
         os.setsid()
-        command_dir = os.open(request["command_dir"], O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        # None: the supervisor enters the command's directory itself, as the job's account
+        asked = request["command_dir"]
+        command_dir = None if asked is None else os.open(asked, O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         os.chdir(request["cwd"])
         stdin = os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)

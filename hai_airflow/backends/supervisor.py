@@ -38,6 +38,9 @@ PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 64 * 1024
 """A line longer than this goes to the combined log unfinished rather than growing without bound."""
 RUN_AS_VARIABLE = "HAI_RUN_AS"
+CODE_DIR_VARIABLE = "HAI_CODE_DIR"
+"""The command's directory as the platform checked it (every symlink resolved): entered only after the
+switch to the job's account, and only if it is still that directory."""
 KILL_TREE_SECONDS = 5.0
 """How long killing what is left below a supervisor may take before it gives up on stragglers."""
 
@@ -51,6 +54,7 @@ def main(argv: list[str], command_dir: int | None = None) -> int:
     """
     exit_file, command = argv[1], argv[2]
     run_as = os.environ.pop(RUN_AS_VARIABLE, None)
+    code_dir = os.environ.pop(CODE_DIR_VARIABLE, None)
     combined = argv[3] if len(argv) > 4 else None
     prefix = argv[4].encode() if combined is not None else b""
     # The group's SIGTERM/SIGINT/SIGHUP are meant for the command; the supervisor lives on to record
@@ -61,7 +65,7 @@ def main(argv: list[str], command_dir: int | None = None) -> int:
     pipe = os.pipe() if combined is not None else None
     pid = os.fork()
     if pid == 0:
-        _exec_command(command, pipe, run_as, command_dir)
+        _exec_command(command, pipe, run_as, command_dir, code_dir)
     if command_dir is not None:
         os.close(command_dir)
     ending = _Ending(pid)
@@ -192,7 +196,11 @@ class _Ending:
 
 
 def _exec_command(
-    command: str, pipe: tuple[int, int] | None, run_as: str | None, command_dir: int | None
+    command: str,
+    pipe: tuple[int, int] | None,
+    run_as: str | None,
+    command_dir: int | None,
+    code_dir: str | None = None,
 ) -> None:
     try:
         if command_dir is not None:
@@ -210,9 +218,28 @@ def _exec_command(
             os.dup2(pipe[1], 2)
             os.close(pipe[0])
             os.close(pipe[1])
+        if code_dir is not None:
+            _enter(code_dir)
         os.execv(SHELL, [SHELL, "-c", command])
     finally:
         os._exit(127)
+
+
+def _enter(code_dir: str) -> None:
+    """Enter the code dir as the job's account, and only the directory the platform checked: a path
+    swapped for a symlink since then leads elsewhere, and the command does not start."""
+    try:
+        os.chdir(code_dir)
+        now = os.getcwd()
+    except OSError as exc:
+        _refuse(f"cannot enter code_path {code_dir} as the job's account: {exc.strerror}")
+    if now != code_dir:
+        _refuse(f"code_path {code_dir} changed after the platform checked it")
+
+
+def _refuse(message: str) -> None:
+    os.write(2, f"hai: {message}; the command was not started\n".encode(errors="replace"))
+    os._exit(126)
 
 
 def _pump(ending: _Ending, fd: int, combined_path: str, prefix: bytes) -> int:

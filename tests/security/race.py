@@ -5,19 +5,23 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from pathlib import Path
 from types import TracebackType
 
 
 class Flipper:
-    """Flips `path` between a directory of its own and a symlink to `target`, by renames, in a thread.
+    """Flips `path` between a directory of its own and a symlink to `target`, by renames, in a thread,
+    holding each for `hold` seconds.
 
     At least `min_flips` flips happen before the block may end (the exit waits for them), and at
     most `max_flips`: the loop is bounded in count, and in time by the caller's work.
     """
 
-    def __init__(self, path: Path, target: Path, min_flips: int = 500, max_flips: int = 200_000) -> None:
-        self.path, self.target = path, target
+    def __init__(
+        self, path: Path, target: Path, min_flips: int = 500, max_flips: int = 200_000, hold: float = 0.0
+    ) -> None:
+        self.path, self.target, self.hold = path, target, hold
         self.min_flips, self.max_flips = min_flips, max_flips
         self.flips = 0
         self._dir, self._link = path.with_name(path.name + ".dir"), path.with_name(path.name + ".link")
@@ -36,9 +40,11 @@ class Flipper:
         while self.flips < self.max_flips and not (self._stop.is_set() and self.flips >= self.min_flips):
             os.rename(self.path, self._dir)  # the directory steps aside...
             os.rename(self._link, self.path)  # ...and the symlink takes its name
+            time.sleep(self.hold)
             os.rename(self.path, self._link)
             os.rename(self._dir, self.path)
             self.flips += 2
+            time.sleep(self.hold)
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import tempfile
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hai_airflow.client import HaiClient, HaiError
+from hai_airflow.spec import TERMINAL_STATES, CpuJobSpec, JobView
 from tests.security.race import Flipper
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer
 
@@ -56,3 +63,68 @@ def test_one_users_race_never_fails_another_users_submissions(server: LiveServer
     assert answers["alice"] == Counter({201: SUBMITS}), answers
     assert sum(answers["bob"].values()) == SUBMITS
     assert all(status < 500 for status in answers["bob"]), answers
+
+
+RUN_AS = 'run_as = "nobody"'
+JOBS = 30
+
+
+@pytest.fixture
+def open_dir() -> Iterator[Path]:
+    """A directory the job account may traverse (pytest's tmp_path is private to root)."""
+    if os.geteuid() != 0:
+        pytest.skip("run_as needs the test to run as root (it starts jobs as another OS user)")
+    path = Path(tempfile.mkdtemp(prefix="hai-race-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    "home_mode",
+    [
+        pytest.param(0o700, id="in a home the job's account may not enter"),
+        pytest.param(0o755, id="readable, outside bob's roots"),
+    ],
+)
+def test_swapping_the_code_path_at_launch_reads_nobody_elses_files(open_dir: Path, home_mode: int) -> None:
+    """Finding 1: bob flips his code path between his directory and a symlink to dave's while his jobs
+    start. The command enters its directory as the job's account, and only the one the platform
+    checked: no job prints dave's file, however the race falls."""
+    home, dave = open_dir / "hai", open_dir / "nas" / "dave" / "code"
+    dave.mkdir(parents=True)
+    (dave / "train.py").write_text("DAVE-SECRET\n")
+    (dave / "train.py").chmod(0o644)
+    dave.chmod(0o755)
+    (open_dir / "nas").chmod(0o755)
+    (open_dir / "nas" / "dave").chmod(home_mode)
+    config = TEST_CONFIG.replace("[[nodes]]", f"[backend]\n{RUN_AS}\n\n[[nodes]]", 1)
+    config = f'[paths]\nallowed = ["{open_dir}/nas/{{user}}"]\n\n' + config
+    mine = open_dir / "nas" / "bob" / "c2"
+    mine.mkdir(parents=True)
+    (mine / "train.py").write_text("bob's own code\n")
+    for d in (mine, mine.parent):
+        d.chmod(0o755)
+    with LiveServer(home, config).start() as server, server.client(TOKENS["bob"]) as bob:
+        with Flipper(mine, dave, min_flips=500, hold=0.002) as flipper:
+            jobs = []
+            for i in range(JOBS):
+                spec = {"task_name": f"swap-{i}", "code_path": str(mine), "cmd": "pwd -P; cat train.py"}
+                with contextlib.suppress(HaiError):  # caught mid-swap at submit: refused, 422
+                    jobs.append(bob.submit(CpuJobSpec(**spec)))
+            ended = [wait_ended(bob, job.id) for job in jobs]
+        logs = [bob.log(bob.instances(job.id)[-1].id) if job.instances else job.reason for job in ended]
+    assert flipper.flips >= 500
+    assert jobs, "every submit was refused: the race never let one through"
+    leaks = [log for log in logs if "DAVE-SECRET" in log or str(dave) in log]
+    assert leaks == [], leaks
+    assert any("bob's own code" in log for log in logs) or all(j.state == "FAILED" for j in ended)
+
+
+def wait_ended(client: HaiClient, job_id: int, timeout: float = 120) -> JobView:
+    deadline = time.monotonic() + timeout
+    job = client.job(job_id)
+    while job.state not in TERMINAL_STATES:
+        assert time.monotonic() < deadline, f"job {job_id} stuck in {job.state}"
+        job = client.wait(job_id, since_state=job.state, timeout=5)
+    return job
