@@ -93,6 +93,18 @@ def claim(
     return news
 
 
+JOB_TREE_MODE = 0o711
+"""`$HAI_HOME/jobs`, a job's dir and its `instances`: a job's account passes through to its own
+dirs, and lists none of them (which jobs exist, whose model dirs are where)."""
+
+
+def traverse_only(path: Path) -> None:
+    """Make `path` (a dir of the server's own tree) JOB_TREE_MODE, creating it if needed."""
+    path.mkdir(mode=JOB_TREE_MODE, exist_ok=True)
+    if path.stat().st_mode & 0o777 != JOB_TREE_MODE:
+        path.chmod(JOB_TREE_MODE)
+
+
 def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
     """Check the paths and storages the job names against its owner's rules now (they may have
     changed since submission), make its directories, and say what the backend starts."""
@@ -105,6 +117,8 @@ def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
     missing = [sid for sid in spec.project_storage if sid not in ctx.storages]
     if missing:
         raise StartError(f"project storage {missing[0]} is no longer configured on the server")
+    for d in (ctx.home / "jobs", ctx.jobs_dir(new.job_id), new.work_dir.parent):
+        traverse_only(d)
     env.model_dir.mkdir(parents=True, exist_ok=True)
     new.work_dir.mkdir(parents=True, exist_ok=True)
     return Launch(

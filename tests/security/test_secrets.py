@@ -372,6 +372,35 @@ def test_run_as_jobs_cannot_read_the_store_token_or_key_and_own_their_files(
     assert mode(home) == 0o711 and mode(home / "hai.db") == 0o600
 
 
+def test_a_job_lists_neither_the_jobs_nor_its_own_jobs_directory(
+    open_dir: Path, job_account: pwd.struct_passwd
+) -> None:
+    """Finding 9: a job's account passes through $HAI_HOME/jobs to its own dirs, and lists none of
+    them, so no job learns which jobs exist or where their model dirs are."""
+    home, code = open_dir / "hai", open_dir / "code"
+    code.mkdir(mode=0o755)
+    code.chmod(0o755)
+    own = 'dirname "$HAI_MODEL_DIR"'
+    cmd = (
+        f'ls "$({own})" > /dev/null 2>&1 && echo LISTED-JOB || echo DENIED-JOB; '
+        f'ls "$(dirname "$({own})")" > /dev/null 2>&1 && echo LISTED-JOBS || echo DENIED-JOBS; '
+        'echo x > "$HAI_MODEL_DIR/ok" && echo WROTE-MODEL'
+    )
+    with (
+        LiveServer(home, with_backend('run_as = "nobody"')).start() as server,
+        server.client(TOKENS["alice"]) as alice,
+    ):
+        first = alice.submit(std(code, "true"))
+        wait_state(alice, first.id, *TERMINAL)
+        job = alice.submit(std(code, cmd))
+        done = wait_state(alice, job.id, *TERMINAL)
+        log = job_log(alice, job.id)
+        assert done.state == "SUCCEEDED", log
+    assert "DENIED-JOB" in log and "DENIED-JOBS" in log and "WROTE-MODEL" in log, log
+    for d in (home / "jobs", home / "jobs" / str(job.id), home / "jobs" / str(job.id) / "instances"):
+        assert mode(d) == 0o711, d
+
+
 def test_run_as_an_unknown_user_stops_the_server_naming_the_field(tmp_path: Path) -> None:
     home = tmp_path / "hai"
     home.mkdir()
