@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -227,3 +228,71 @@ def launch_mounts(launch: Launch, protected: Sequence[str] = ()) -> list[Mount]:
             raise PathRefused("spec.project_storage", path, f"project storage {sid}: {problem}", fix)
         mounts.setdefault(path, Mount(os.path.realpath(path), path))
     return list(mounts.values())
+
+
+MAX_LINKS = 40
+"""Symlinks one walk may follow (the kernel's own limit)."""
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def open_beneath(root: str, path: str) -> int:
+    """An open fd of the directory `path`, reached from `root` without ever leaving it.
+
+    `root` is the admin's (an allowed root, or a job's own dir) and is opened as it is; below it,
+    every component is opened without following a link, and a link is read and followed by hand
+    only while where it leads stays beneath `root`: a component swapped for a symlink that leads out
+    gains nothing, whenever the swap happens. Raises PermissionError for a path that leaves `root`,
+    and OSError as `open` would.
+    """
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    if rel == ".." or rel.startswith("../"):
+        raise PermissionError(f"{path} is not beneath {root}")
+    real_root = os.path.realpath(root)
+    chain = [os.open(root, _DIRECTORY)]
+    parts = list(PurePosixPath(rel).parts)
+    links = 0
+    try:
+        while parts:
+            name = parts.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":
+                if len(chain) == 1:
+                    raise PermissionError(f"{path} leads out of {root}")
+                os.close(chain.pop())
+                continue
+            try:
+                chain.append(os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=chain[-1]))
+                continue
+            except OSError as refused:
+                try:
+                    target = os.readlink(name, dir_fd=chain[-1])
+                except OSError:
+                    raise refused from None
+            links += 1
+            if links > MAX_LINKS:
+                raise OSError(errno.ELOOP, "too many symbolic links", path)
+            if target.startswith("/"):
+                inside = _beneath(target, (root, real_root))
+                if inside is None:
+                    raise PermissionError(f"{path} leads out of {root} (to {target})")
+                for fd in chain[1:]:
+                    os.close(fd)
+                del chain[1:]
+                parts = [*PurePosixPath(inside).parts, *parts]
+            else:
+                parts = [*PurePosixPath(target).parts, *parts]
+        found = chain.pop()
+        return found
+    finally:
+        for fd in chain:
+            os.close(fd)
+
+
+def _beneath(target: str, roots: tuple[str, ...]) -> str | None:
+    """`target` relative to the first of `roots` it lies under, else None."""
+    target = os.path.normpath(target)
+    for root in roots:
+        if _under(target, os.path.normpath(root)):
+            return os.path.relpath(target, root)
+    return None

@@ -524,12 +524,13 @@ class Controller:
     def _checkpoint_of(self, user: str, group: str, inst: InstanceRow) -> Checkpoint | None:
         if not inst.model_dir:
             return None
-        if not paths.may_watch(self.ctx.config, self.ctx.home, user, group, inst.job_id, inst.model_dir):
+        root = paths.watch_root(self.ctx.config, self.ctx.home, user, group, inst.job_id, inst.model_dir)
+        if root is None:
             return None
         cfg = self.ctx.config.checkpoints
         # After a kill without grace, files written since the kill request may be half-written.
         cutoff = inst.stop_requested_at if inst.stop_kind and inst.grace_seconds == 0 else None
-        return newest_checkpoint(Path(inst.model_dir), cfg.patterns, cfg.ignore, cutoff)
+        return newest_checkpoint(Path(inst.model_dir), cfg.patterns, cfg.ignore, cutoff, beneath=root)
 
     def scan_checkpoints(self) -> None:
         """Show each running job's newest checkpoint on the job (passed to its next instance)."""
@@ -543,7 +544,12 @@ class Controller:
             ).all()
         found: dict[int, Checkpoint] = {}
         for job_id, latest_at, user, group, inst in rows:
-            ckpt = self._checkpoint_of(user, group, inst)
+            try:
+                ckpt = self._checkpoint_of(user, group, inst)
+            # one job's model dir (a race its owner runs, a hung mount) never stops the others' scan
+            except Exception as e:
+                log.warning("scanning job %s's model dir failed: %r", job_id, e)
+                continue
             if ckpt is not None and (latest_at is None or ckpt.at > latest_at):
                 found[job_id] = ckpt
         if not found:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hai_airflow.backends.confine import PathRefused, PathRules, allowed_roots, confine, relative_problem
@@ -134,11 +135,20 @@ def launch_problem(config: ServerConfig, rules: PathRules, spec: AnySpec, model_
     return f"{refused.field} {refused.path} cannot be used: {refused.reason}"
 
 
-def may_watch(config: ServerConfig, home: Path, user: str, group: str, job_id: int, model_dir: str) -> bool:
-    """Whether the checkpoint watcher may scan a model dir (never another job's dir, never `/`)."""
-    rules = rules_for(config, home, user, group, home / "jobs" / str(job_id))
+def watch_root(
+    config: ServerConfig, home: Path, user: str, group: str, job_id: int, model_dir: str
+) -> str | None:
+    """Where the checkpoint watcher walks down to a model dir from (never another job's dir, never
+    `/` itself): the job's own dir or the allowed root holding it, `/` without `[paths] allowed`;
+    None when it may not be scanned."""
+    own = home / "jobs" / str(job_id)
+    rules = rules_for(config, home, user, group, own)
     try:
         confine(model_dir, rules, "spec.model_dir")
     except PathRefused:
-        return False
-    return True
+        return None
+    written = os.path.normpath(model_dir)
+    for root in (str(own), *(rules.allowed or ())):
+        if written == root or written.startswith(root.rstrip("/") + "/"):
+            return root
+    return "/" if rules.allowed is None else None

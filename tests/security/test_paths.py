@@ -24,7 +24,7 @@ from hai_airflow.backends.confine import (
     storage_problem,
 )
 from hai_airflow.server.config import ConfigError, parse_config
-from hai_airflow.server.paths import local_code_path, may_watch
+from hai_airflow.server.paths import local_code_path, watch_root
 from hai_airflow.spec import CpuJobSpec
 from tests.support import postgres
 from tests.support.docker_engine import Engine, busybox_image, docker_engine
@@ -174,7 +174,7 @@ def test_the_checkpoint_watcher_never_scans_another_jobs_dir_or_the_root(tree: P
     home = tree / "home"
 
     def watch(model_dir: Path | str, job_id: int = 1) -> bool:
-        return may_watch(config, home, "alice", "vision", job_id, str(model_dir))
+        return watch_root(config, home, "alice", "vision", job_id, str(model_dir)) is not None
 
     assert watch(home / "jobs/1/model") and watch(tree / "nas/alice/code")
     assert not watch(home / "jobs/2/model")  # another job's checkpoints
@@ -547,3 +547,33 @@ def test_docker_backend_resolves_and_refuses_at_mount_time(
         assert engine.client.containers.list(all=True, filters={"label": f"hai.owner={owner}"}) == []
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize(
+    ("link", "allowed"),
+    [
+        pytest.param("data/models", True, id="a relative link that stays beneath the root"),
+        pytest.param("{root}/data/models", True, id="an absolute link into the root"),
+        pytest.param("../../dave/m", False, id="a relative link that climbs out"),
+        pytest.param("{tree}/dave/m", False, id="an absolute link out"),
+    ],
+)
+def test_a_walk_beneath_a_root_follows_only_links_that_stay_inside(
+    tmp_path: Path, link: str, allowed: bool
+) -> None:
+    from hai_airflow.backends.confine import open_beneath
+
+    root = tmp_path / "nas" / "alice"
+    (root / "data" / "models").mkdir(parents=True)
+    (tmp_path / "nas" / "dave" / "m").mkdir(parents=True)
+    (tmp_path / "dave" / "m").mkdir(parents=True)
+    (root / "m").symlink_to(link.format(root=root, tree=tmp_path))
+    if not allowed:
+        with pytest.raises(PermissionError):
+            open_beneath(str(root), str(root / "m"))
+        return
+    fd = open_beneath(str(root), str(root / "m"))
+    try:
+        assert os.path.samestat(os.fstat(fd), (root / "data" / "models").stat())
+    finally:
+        os.close(fd)

@@ -66,6 +66,7 @@ def test_one_users_race_never_fails_another_users_submissions(server: LiveServer
 
 
 RUN_AS = 'run_as = "nobody"'
+SCANNED_JOBS = 8
 JOBS = 30
 
 
@@ -128,3 +129,42 @@ def wait_ended(client: HaiClient, job_id: int, timeout: float = 120) -> JobView:
         assert time.monotonic() < deadline, f"job {job_id} stuck in {job.state}"
         job = client.wait(job_id, since_state=job.state, timeout=5)
     return job
+
+
+def test_the_checkpoint_scan_never_follows_a_swapped_model_dir(tmp_path: Path) -> None:
+    """Finding 5: alice flips her running jobs' model dir between her directory and a symlink into
+    dave's model dir, whose checkpoint is newer; the scan walks down from her allowed root without
+    following a link that leads out, so no job of hers ever reports dave's checkpoint."""
+    nas = tmp_path / "nas"
+    daves = nas / "dave" / "m"
+    daves.mkdir(parents=True)
+    mine = nas / "alice" / "m2"
+    mine.mkdir(parents=True)
+    (mine / "checkpoint-00000001.pt").write_text("alice's")
+    os.utime(mine / "checkpoint-00000001.pt", (time.time() - 600, time.time() - 600))
+    (daves / "checkpoint-99999999.pt").write_text("DAVE-SECRET")
+    config = f'[paths]\nallowed = ["{nas}/{{user}}"]\n\n' + TEST_CONFIG
+    seen: set[str | None] = set()
+    with LiveServer(tmp_path / "hai", config).start() as server, server.client(TOKENS["alice"]) as alice:
+        code = nas / "alice" / "code"
+        code.mkdir()
+        spec = CpuJobSpec(task_name="t", code_path=str(code), cmd="sleep 60", model_dir=str(mine))
+        jobs = [alice.submit(spec).id for _ in range(SCANNED_JOBS)]
+        deadline = time.monotonic() + 60
+        while {j.state for j in alice.jobs() if j.id in jobs} != {"RUNNING"}:
+            assert time.monotonic() < deadline, [(j.state, j.reason) for j in alice.jobs()]
+            time.sleep(0.2)
+        with Flipper(mine, daves, min_flips=500) as flipper:
+            deadline = time.monotonic() + 16  # eight scans of each job or more
+            while time.monotonic() < deadline:
+                seen.update(j.latest_checkpoint for j in alice.jobs() if j.id in jobs)
+                time.sleep(0.2)
+        seen.update(alice.job(job_id).latest_checkpoint for job_id in jobs)
+        states = {alice.job(job_id).state for job_id in jobs}
+        for job_id in jobs:
+            alice.cancel(job_id)
+    assert states == {"RUNNING"}, states  # a scan that met the race failed no job
+    assert flipper.flips >= 500
+    leaked = [c for c in seen if c is not None and ("dave" in c or "99999999" in c)]
+    assert leaked == [], leaked
+    assert str(mine / "checkpoint-00000001.pt") in seen, seen
