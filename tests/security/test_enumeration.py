@@ -3,15 +3,13 @@ sets the quotas of the others in her group, not her own (issue 37, findings 10 a
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.security.cli import hai
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer
 
 STORAGES = """
@@ -23,7 +21,6 @@ groups = ["vision"]
 path = "{home}/storage-20222"
 groups = ["nlp"]
 """
-HAI = [sys.executable, "-c", "from hai_airflow.cli.main import app; app(prog_name='hai')"]
 
 
 @pytest.fixture
@@ -36,11 +33,6 @@ def server(tmp_path: Path, store_env: dict[str, str]) -> Iterator[LiveServer]:
 
 def as_user(user: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TOKENS[user]}"}
-
-
-def hai(server: LiveServer, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HAI_SERVER": server.url, "HAI_TOKEN": TOKENS[user], "HAI_HOME": str(server.home)}
-    return subprocess.run([*HAI, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_asking_for_a_user_answers_the_same_whether_or_not_they_exist(server: LiveServer) -> None:

@@ -8,9 +8,6 @@ another (tests/scheduling/test_plan.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,9 +15,8 @@ import httpx
 import pytest
 
 from hai_airflow.spec import CpuJobSpec
+from tests.security.cli import hai
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer
-
-HAI = [sys.executable, "-c", "from hai_airflow.cli.main import app; app(prog_name='hai')"]
 
 
 @pytest.fixture
@@ -29,11 +25,6 @@ def server(tmp_path: Path, store_env: dict[str, str]) -> Iterator[LiveServer]:
         with live.client() as admin:
             admin.set_user_quota("bob", 0)
         yield live
-
-
-def hai(server: LiveServer, user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HAI_SERVER": server.url, "HAI_TOKEN": TOKENS[user], "HAI_HOME": str(server.home)}
-    return subprocess.run([*HAI, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def test_a_high_priority_cpu_job_is_refused_naming_the_field(server: LiveServer, tmp_path: Path) -> None:
