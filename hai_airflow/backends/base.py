@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hai_airflow.backends.confine import PathRules
+from hai_airflow.backends.gitcode import DEFAULT_SCHEMES
 from hai_airflow.scheduling.model import Node, Placement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -49,6 +50,8 @@ class Launch:
     grace_seconds: int = 0
     paths: PathRules | None = None
     """The path rule of the job's owner, for the backend's check right before it mounts anything."""
+    git_schemes: tuple[str, ...] = DEFAULT_SCHEMES
+    """The protocols a git clone of the job's code may use (`[git] schemes`)."""
 
     @property
     def notice_path(self) -> Path:

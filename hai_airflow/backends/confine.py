@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Sequence
@@ -296,3 +297,34 @@ def _beneath(target: str, roots: tuple[str, ...]) -> str | None:
         if _under(target, os.path.normpath(root)):
             return os.path.relpath(target, root)
     return None
+
+
+def make_beneath(root: str, path: str, mode: int = 0o755, owner: tuple[int, int] | None = None) -> None:
+    """Create the dir `path` (and its missing parents) below `root` (an admin's dir), one component at
+    a time from `root`'s fd, following no link: a component that is a link is refused
+    (PermissionError), so nothing is ever created outside `root`. What it creates is given to
+    `owner` (uid, gid) when one is named."""
+    rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
+    if rel == ".." or rel.startswith("../"):
+        raise PermissionError(f"{path} is not beneath {root}")
+    fd = os.open(root, _DIRECTORY)
+    try:
+        for name in PurePosixPath(rel).parts:
+            if name == ".":
+                continue
+            made = False
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(name, mode, dir_fd=fd)
+                made = True
+            try:
+                below = os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise PermissionError(f"{path}: {name} is not a directory of the job's own") from None
+                raise
+            os.close(fd)
+            fd = below
+            if made and owner is not None:
+                os.fchown(fd, *owner)
+    finally:
+        os.close(fd)

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import signal
+import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +21,11 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 
 from hai_airflow.backends import docker_config as cfg
+from hai_airflow.backends import procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import merge_lines
-from hai_airflow.backends.gitcode import CheckoutError, checkout
+from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT, clone_argv
+from hai_airflow.backends.jobuser import SYSTEM_PATH, JobUser, job_account
 from hai_airflow.backends.launches import exit_words, handle_data, read_handles
 from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
 from hai_airflow.backends.notice import write_notice
@@ -29,10 +35,55 @@ from hai_airflow.scheduling.model import Node
 
 log = logging.getLogger(__name__)
 
+CLONE_OUTPUT = "git-clone.log"
+"""The file in the work dir that takes the clone's stdout and stderr."""
+CLONE_OUTPUT_BYTES = 64 * 1024
+"""As much of the clone's output as the server reads back (for the end reason and the kept log)."""
+CLONE_REASON_CHARS = 1000
+"""The longest git message an end reason quotes."""
+REAP_SECONDS = 1.0
+"""How long `poll` waits for a clone it has just killed to be gone."""
+
+
+@dataclass
+class _Clone:
+    """The `git clone` of an instance's code, run as the job's account before its containers exist."""
+
+    launch: Launch
+    account: JobUser
+    process: subprocess.Popen[bytes]
+    started: int
+    """The process's start time (/proc), to tell it from a later process with the same pid."""
+    output: int
+    """An fd of the file the clone writes to, opened by the server: read back whatever the job does."""
+    limit: float
+    """Seconds it may take ([backend] git_timeout_seconds)."""
+    deadline: float
+    timed_out: bool = False
+
+    @property
+    def what(self) -> str:
+        spec = self.launch.spec
+        return f"git clone of {spec.code_path}" + (f" (branch {spec.git_branch})" if spec.git_branch else "")
+
+    def read_output(self) -> str:
+        try:
+            return os.pread(self.output, CLONE_OUTPUT_BYTES, 0).decode(errors="replace")
+        except OSError as e:
+            return f"(its output could not be read: {e})\n"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.output)
+
 
 @dataclass
 class _Instance:
-    """An instance this backend watches: its containers in rank order and where its log goes."""
+    """An instance this backend watches: its containers in rank order and where its log goes.
+
+    A git job's instance first clones its code (`clone`); its containers are named from the start but
+    created only once the clone has succeeded.
+    """
 
     instance_id: int
     containers: list[str]
@@ -43,28 +94,35 @@ class _Instance:
     """The platform asked it to stop (suspend or cancel)."""
     culprit: int | None = None
     """Rank of the worker whose failure, before any stop request, ended the gang."""
+    clone: _Clone | None = None
+    """The clone still running in this server; None once the containers were created."""
+    saved_clone: tuple[int, int] | None = None
+    """(pid, start time) of the clone a saved handle names: it ran when the handle was saved."""
 
     def handle(self) -> Handle:
-        return Handle(
-            self.instance_id,
-            {
-                "backend": DockerBackend.name,
-                "containers": list(self.containers),
-                "network": self.network,
-                "log_path": str(self.log_path),
-                "notice": str(self.notice),
-            },
-        )
+        data: dict[str, Any] = {
+            "backend": DockerBackend.name,
+            "containers": list(self.containers),
+            "network": self.network,
+            "log_path": str(self.log_path),
+            "notice": str(self.notice),
+        }
+        clone = (self.clone.process.pid, self.clone.started) if self.clone is not None else self.saved_clone
+        if clone is not None:
+            data["clone"] = {"pid": clone[0], "started": clone[1]}
+        return Handle(self.instance_id, data)
 
     @classmethod
     def from_handle(cls, handle: Handle) -> _Instance:
         data = handle_data(handle, DockerBackend.name)
+        clone = data.get("clone")
         return cls(
             handle.instance_id,
             list(data["containers"]),
             data.get("network"),
             Path(data["log_path"]),
             Path(data["notice"]),
+            saved_clone=(int(clone["pid"]), int(clone["started"])) if clone else None,
         )
 
 
@@ -92,6 +150,11 @@ class DockerBackend(ServedLogs):
                 f"cannot reach the Docker engine ({self.options.docker_host or 'DOCKER_HOST'}): {e}. "
                 "Start dockerd or set [backend] docker_host."
             ) from e
+        if self.options.run_as is None and os.geteuid() == 0:
+            log.warning(
+                "docker jobs run as root (uid 0, without capabilities) and may leave root-owned, setuid "
+                'files wherever root may write on their mounts; set [backend] run_as = "{user}"'
+            )
         self._lock = threading.Lock()
         self._instances: dict[int, _Instance] = {}
         self._ended_logs: dict[int, Path] = {}
@@ -105,6 +168,7 @@ class DockerBackend(ServedLogs):
     # ---- start ------------------------------------------------------------------------------------
 
     def start(self, launch: Launch) -> Handle:
+        """Create and start the containers; a git job only starts its clone, and `poll` creates them."""
         image = cfg.image_of(launch)
         try:
             self.client.images.get(image)
@@ -115,14 +179,70 @@ class DockerBackend(ServedLogs):
             ) from None
         # Refuse a path that became a symlink out of bounds before anything is written through it.
         cfg.mounts(launch, self.options)
-        if launch.spec.code_src == "git":
-            try:
-                checkout(launch.spec.code_path, launch.spec.git_branch, Path(cfg.code_dir(launch)))
-            except CheckoutError as e:
-                raise StartError(str(e)) from None
-        launch.work_dir.mkdir(parents=True, exist_ok=True)
+        account = job_account(self.options.run_as, launch, self.home) or cfg.server_account()
         notice = cfg.notice_path(launch)
         notice.unlink(missing_ok=True)
+        network = cfg.network_name(launch.instance_id) if cfg.uses_bridge(launch, self.options) else None
+        names = [cfg.container_name(launch.instance_id, s.rank) for s in cfg.slots_of(launch)]
+        inst = _Instance(launch.instance_id, names, network, launch.log_path, notice)
+        if launch.spec.code_src == "git":
+            # Off the controller's loop: a clone that hangs holds its own instance only.
+            inst.clone = self._start_clone(launch, account)
+        else:
+            self._run(launch, account)
+        with self._lock:
+            self._instances[inst.instance_id] = inst
+        return inst.handle()
+
+    def _start_clone(self, launch: Launch, account: JobUser) -> _Clone:
+        """Start `git clone` of the job's code into its work dir as its account; `poll` watches it."""
+        git = shutil.which("git")
+        if git is None:
+            raise StartError(
+                f"git is not installed on {self.host}; install it to run jobs whose code is in git"
+            )
+        spec, work = launch.spec, launch.work_dir
+        dest = work / "code"
+        # A retried start of the same instance must not run code left from an earlier attempt.
+        if dest.is_symlink():
+            dest.unlink()
+        elif dest.exists():
+            shutil.rmtree(dest)
+        # The server's own fd of a fresh file: whatever the job later does to its work dir, the server
+        # reads back exactly what git wrote.
+        output = _fresh_file(work, CLONE_OUTPUT)
+        env = {
+            "PATH": SYSTEM_PATH,
+            "HOME": str(work),
+            "LANG": "C.UTF-8",
+            # Never wait for a password: a clone that needs one fails with git's own message.
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ASKPASS": "true",
+        }
+        switch: dict[str, Any] = {}
+        if self.options.run_as is not None:
+            switch = {"user": account.uid, "group": account.gid, "extra_groups": list(account.groups)}
+        try:
+            process = subprocess.Popen(
+                clone_argv(spec.code_path, spec.git_branch, str(dest), launch.git_schemes),
+                executable=git,
+                cwd=work,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                start_new_session=True,
+                **switch,
+            )
+        except OSError as e:
+            os.close(output)
+            raise StartError(f"git clone could not be started as {account.name}: {e}") from None
+        started = procs.start_time(process.pid) or 0
+        limit = self.options.git_timeout_seconds
+        return _Clone(launch, account, process, started, output, limit, time.monotonic() + limit)
+
+    def _run(self, launch: Launch, account: JobUser) -> None:
+        """Create and start every worker's container (and the gang's network); StartError if refused."""
         slots = cfg.slots_of(launch)
         network = cfg.network_name(launch.instance_id) if cfg.uses_bridge(launch, self.options) else None
         names = [cfg.container_name(launch.instance_id, s.rank) for s in slots]
@@ -133,9 +253,12 @@ class DockerBackend(ServedLogs):
                 self.client.networks.create(
                     network, driver="bridge", labels={cfg.LABEL_OWNER: self.options.owner}
                 )
-            containers = [self._create(launch, slot) for slot in slots]
+            containers = [self._create(launch, slot, account) for slot in slots]
             for c in containers:
                 c.start()
+        except StartError:
+            self._remove(names, network)
+            raise
         except (APIError, DockerException) as e:
             self._remove(names, network)
             why = _explain(e)
@@ -145,13 +268,9 @@ class DockerBackend(ServedLogs):
                     f"{self.host} or set [backend] virtual_gpus = true"
                 )
             raise StartError(f"the Docker engine on {self.host} refused it: {why}") from None
-        inst = _Instance(launch.instance_id, names, network, launch.log_path, notice)
-        with self._lock:
-            self._instances[inst.instance_id] = inst
-        return inst.handle()
 
-    def _create(self, launch: Launch, slot: WorkerSlot) -> Container:
-        kwargs = cfg.create_kwargs(launch, slot, self.options)
+    def _create(self, launch: Launch, slot: WorkerSlot, account: JobUser) -> Container:
+        kwargs = cfg.create_kwargs(launch, slot, self.options, account)
         if self.host_cpus and kwargs.get("nano_cpus", 0) > self.host_cpus * 1e9:
             # The engine refuses a CPU limit above the machine's (virtual nodes may promise more).
             kwargs["nano_cpus"] = int(self.host_cpus * 1e9)
@@ -169,6 +288,10 @@ class DockerBackend(ServedLogs):
             if inst is None:
                 return
             inst.stopping = True
+            if inst.clone is not None:
+                # Nothing of the job runs yet: its clone ends now, and `poll` reports the instance.
+                _kill_clone(inst.clone)
+                return
         if notice:
             try:
                 write_notice(inst.notice, instance_id, grace_seconds, self.home)
@@ -198,16 +321,72 @@ class DockerBackend(ServedLogs):
 
     def poll(self) -> list[Exit]:
         with self._lock:
-            tracked = list(self._instances.values())
-        if not tracked:
-            return []
-        states = self._states()
-        exits = []
-        for inst in tracked:
-            ended = self._check(inst, states)
-            if ended is not None:
-                exits.append(ended)
+            cloning = [i for i in self._instances.values() if i.clone is not None]
+            running = [i for i in self._instances.values() if i.clone is None]
+        exits = [ended for inst in cloning if (ended := self._advance_clone(inst)) is not None]
+        if running:
+            states = self._states()
+            exits += [ended for inst in running if (ended := self._check(inst, states)) is not None]
         return exits
+
+    def _advance_clone(self, inst: _Instance) -> Exit | None:
+        """Once the clone has ended: its failure (or stop) ends the instance, its success starts the
+        containers. A clone past its time limit is killed. Never waits for the clone."""
+        clone = inst.clone
+        assert clone is not None
+        with self._lock:
+            code = clone.process.poll()
+        if code is None:
+            if not inst.stopping and time.monotonic() < clone.deadline:
+                return None
+            clone.timed_out = not inst.stopping
+            code = self._end_process(clone)
+            if code is None:
+                return None  # still dying: seen on a later poll
+        output = clone.read_output()
+        clone.close()
+        if inst.stopping:
+            return self._end_clone(
+                inst, output, 128 + signal.SIGKILL, "stopped by the platform during its git clone"
+            )
+        if code != 0:
+            return self._end_clone(inst, output, CLONE_FAILED_EXIT, _clone_failure(clone, code, output))
+        try:
+            self._run(clone.launch, clone.account)
+        except StartError as e:
+            return self._end_clone(
+                inst, output, None, f"its containers could not start after its git clone: {e}"
+            )
+        with self._lock:
+            inst.clone = None
+            stopped_meanwhile = inst.stopping
+        if stopped_meanwhile:
+            # A stop that came while the containers were created found no clone to end.
+            for name in inst.containers:
+                self._quietly(name, "kill", 0)
+        return None
+
+    def _end_process(self, clone: _Clone) -> int | None:
+        """Kill the clone's process group and reap it; None while it has not died yet."""
+        waited_until = time.monotonic() + REAP_SECONDS
+        while True:
+            # Reaped only under the lock that `stop` signals under: its group id is never reused then.
+            with self._lock:
+                _kill_clone(clone)
+                code = clone.process.poll()
+            if code is not None or time.monotonic() > waited_until:
+                return code
+            time.sleep(0.01)
+
+    def _end_clone(self, inst: _Instance, output: str, code: int | None, reason: str) -> Exit:
+        """The Exit of an instance that never got its containers, its log being the clone's output."""
+        root = trusted_root(inst.log_path, self.home)
+        try:
+            write_below(root, inst.log_path, f"{output}[hai] {reason}\n".encode(), mode=0o600)
+        except OSError as e:
+            log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
+        self._forget(inst)
+        return Exit(inst.instance_id, code, reason)
 
     def _states(self) -> dict[str, str]:
         """Container name -> state ("running", "exited", ...) of every container this server owns."""
@@ -295,9 +474,7 @@ class DockerBackend(ServedLogs):
             known.update(inst.containers)
             if not any(n in states for n in inst.containers):
                 self._remove([], inst.network)
-                exits.append(
-                    Exit(inst.instance_id, None, "its containers are gone after a restart", lost=True)
-                )
+                exits.append(Exit(inst.instance_id, None, _gone_after_restart(inst), lost=True))
                 self._ended_logs[inst.instance_id] = inst.log_path
                 continue
             with self._lock:
@@ -310,7 +487,9 @@ class DockerBackend(ServedLogs):
         return exits
 
     def reap(self, instance_id: int, work_dir: Path) -> None:
-        """Remove the instance's containers (found by label) and its network; `work_dir` is not needed."""
+        """End a git clone started in `work_dir`, and remove the instance's containers (found by label)
+        and its network."""
+        _kill_clones_in(work_dir)
         owned = [f"{cfg.LABEL_OWNER}={self.options.owner}", f"{cfg.LABEL_INSTANCE}={instance_id}"]
         listed = self.client.containers.list(all=True, sparse=True, filters={"label": owned})
         names = [c.attrs["Names"][0].lstrip("/") for c in listed]
@@ -355,6 +534,68 @@ class DockerBackend(ServedLogs):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _fresh_file(directory: Path, name: str) -> int:
+    """A read-write fd of a new, empty file `name` in `directory`, made without following a link."""
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=dir_fd)
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        return os.open(name, flags, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _kill_clone(clone: _Clone) -> None:
+    """SIGKILL the clone's process group while its leader is not reaped (call with the lock held)."""
+    if clone.process.returncode is None:
+        procs.signal_group(clone.process.pid, signal.SIGKILL)
+
+
+def _clone_failure(clone: _Clone, code: int, output: str) -> str:
+    """The end reason of a failed clone: git's own words, without its warnings."""
+    if clone.timed_out:
+        why = f"it did not finish within {clone.limit:g} s ([backend] git_timeout_seconds)"
+    elif code < 0:
+        why = f"git was killed by signal {-code}"
+    else:
+        said = [
+            line.strip()
+            for line in output.splitlines()
+            if line.strip() and not line.strip().lower().startswith("warning:")
+        ]
+        why = "; ".join(said)[:CLONE_REASON_CHARS] or f"git exited with code {code}"
+    return f"{clone.what} failed: {why}"
+
+
+def _gone_after_restart(inst: _Instance) -> str:
+    """Why an adopted instance without containers is lost; a clone it was still running is ended."""
+    if inst.saved_clone is not None:
+        pid, started = inst.saved_clone
+        if procs.is_alive(pid, started) and procs.group_of(pid) == pid:
+            procs.signal_group(pid, signal.SIGKILL)
+            return (
+                "the server restarted during its git clone, which was stopped; its containers never started"
+            )
+        return "its containers are gone after a restart (the server may have stopped during its git clone)"
+    return "its containers are gone after a restart"
+
+
+def _kill_clones_in(work_dir: Path) -> None:
+    """Kill a git clone a server that died left running in `work_dir` (it leads its own process group)."""
+    target = Path(os.path.realpath(work_dir))
+    for pid in procs.running():
+        if (
+            procs.cwd(pid) == target
+            and procs.group_of(pid) == pid
+            and (procs.cmdline(pid) or [""])[0] == "git"
+        ):
+            log.warning(
+                "killing git clone %d in %s: the handle of its instance was never saved", pid, work_dir
+            )
+            procs.signal_group(pid, signal.SIGKILL)
 
 
 def _outcome(

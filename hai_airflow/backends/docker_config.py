@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, launch_mounts
+from hai_airflow.backends.jobuser import JobUser, RunAs, server_user
 from hai_airflow.backends.launches import image_of
 from hai_airflow.backends.workerenv import (
     Gang,
@@ -30,6 +31,8 @@ LABEL_INSTANCE = "hai.instance-id"
 LABEL_WORKER = "hai.worker"
 MASTER_PORT = 29500
 RENDEZVOUS_PORT = 29400
+TMP_OPTIONS = "rw,exec,nosuid,nodev,mode=1777"
+"""The private /tmp of every container: exec, as training code compiles and loads kernels there."""
 TRAP_TERM = "trap 'exit $?' TERM INT HUP\n"
 """Prefix of every command: the shell outlives SIGTERM until its command has exited (see `command`)."""
 
@@ -61,6 +64,24 @@ class DockerOptions(BaseModel):
         description="Label value marking this server's containers; a restarted server adopts these only.",
     )
     api_timeout_seconds: int = Field(default=120, gt=0, description="Limit for one call to the engine.")
+    run_as: RunAs = Field(
+        default=None,
+        min_length=1,
+        description='OS user the containers and git clones run as, or "{user}" for the account named like '
+        "the job's owner (hai serve must run as root); unset: the server's own user. Never the image's "
+        "USER.",
+    )
+    pids_limit: int = Field(
+        default=4096, gt=0, description="Most processes and threads one container may run."
+    )
+    git_timeout_seconds: float = Field(
+        default=600, gt=0, description="Limit for one git clone of a job's code."
+    )
+
+
+def server_account() -> JobUser:
+    """The account of `hai serve` itself: whom containers run as when `run_as` is unset."""
+    return JobUser(server_user(), os.getuid(), os.getgid(), tuple(os.getgroups()))
 
 
 def container_name(instance_id: int, rank: int) -> str:
@@ -139,11 +160,15 @@ def mounts(launch: Launch, opts: DockerOptions) -> dict[str, dict[str, str]]:
     return {m.source: {"bind": m.target, "mode": "rw"} for m in found}
 
 
-def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict[str, str]:
-    """Section 4 variables, the job's own `env`, then this worker's rank variables (as the local backend)."""
+def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions, account: JobUser) -> dict[str, str]:
+    """Section 4 variables, the job's own `env`, then this worker's rank variables (as the local backend).
+
+    HOME is the instance's work dir, as for a local job: the account may have no home in the image.
+    """
     distributed = isinstance(launch.spec, DistributedJobSpec)
     addr, port = master_addr_port(launch, opts)
-    env = {**launch.env, **launch.spec.env}
+    own = {"HOME": str(launch.work_dir), "USER": account.name, "LOGNAME": account.name}
+    env = {**own, **launch.env, **launch.spec.env}
     if per_gpu(launch.spec):
         env |= gang_env(slot, len(slots_of(launch)), gang_of(launch, opts))
     else:
@@ -168,8 +193,12 @@ def labels(launch: Launch, rank: int, opts: DockerOptions) -> dict[str, str]:
     }
 
 
-def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict[str, Any]:
-    """Keyword arguments of `containers.create` for one worker (device requests excluded)."""
+def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions, account: JobUser) -> dict[str, Any]:
+    """Keyword arguments of `containers.create` for one worker (device requests excluded).
+
+    The worker runs as `account`, whatever USER the image names, with no capabilities and no way to
+    gain privileges: on the bind-mounted NAS it has exactly its account's rights.
+    """
     worker = launch.placement[slot.rank] if launch.placement else WorkerPlacement(node="docker", gpus=())
     kwargs: dict[str, Any] = {
         "image": image_of(launch),
@@ -177,9 +206,15 @@ def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions) -> dict
         "name": container_name(launch.instance_id, slot.rank),
         "hostname": container_name(launch.instance_id, slot.rank),
         "working_dir": code_dir(launch),
-        "environment": environment(launch, slot, opts),
+        "environment": environment(launch, slot, opts, account),
         "labels": labels(launch, slot.rank, opts),
         "volumes": mounts(launch, opts),
+        "user": f"{account.uid}:{account.gid}",
+        "group_add": [str(g) for g in account.groups if g != account.gid],
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": opts.pids_limit,
+        "tmpfs": {"/tmp": TMP_OPTIONS},
         "init": True,
         "detach": True,
     }

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import AfterValidator
+
+from hai_airflow.backends.base import Launch, StartError
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 JOB_LANG = "C.UTF-8"
@@ -58,6 +65,18 @@ def run_as_problem(run_as: str) -> str | None:
     return None
 
 
+def usable_run_as(run_as: str | None) -> str | None:
+    """A `[backend] run_as` option as given; ValueError says why `hai serve` cannot use it."""
+    problem = None if run_as is None else run_as_problem(run_as)
+    if problem is not None:
+        raise ValueError(problem)
+    return run_as
+
+
+RunAs = Annotated[str | None, AfterValidator(usable_run_as)]
+"""The type of a backend's `run_as` option."""
+
+
 def job_user(run_as: str, owner: str) -> JobUser:
     """The account for a job of `owner`; KeyError when it does not exist."""
     name = owner if run_as == OWNER_TEMPLATE else run_as
@@ -73,6 +92,71 @@ def give_to(user: JobUser, *dirs: Path) -> None:
             raise PermissionError(f"{d} is a symbolic link")
         os.chown(d, user.uid, user.gid, follow_symlinks=False)
         d.chmod(0o700)
+
+
+MKDIR_SECONDS = 30
+"""How long creating a job's dir on a (network) file system may take before the start fails."""
+
+
+def make_dirs_as(user: JobUser | None, path: Path) -> None:
+    """Create the dir `path` a user named (and its missing parents) as the job's account, so a swapped
+    symlink gains nothing the user could not reach anyway; as the server's own user when jobs run as
+    that (`user` None). OSError says why it could not."""
+    if user is None:
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    try:
+        done = subprocess.run(
+            ["mkdir", "-p", "--", str(path)],
+            user=user.uid,
+            group=user.gid,
+            extra_groups=list(user.groups),
+            capture_output=True,
+            text=True,
+            timeout=MKDIR_SECONDS,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": SYSTEM_PATH, "LANG": "C"},
+        )
+    except subprocess.TimeoutExpired:
+        why = f"no answer from its file system in {MKDIR_SECONDS} s"
+        raise OSError(errno.ETIMEDOUT, why, str(path)) from None
+    if done.returncode != 0:
+        why = done.stderr.strip().removeprefix("mkdir: ") or f"mkdir exit code {done.returncode}"
+        raise PermissionError(errno.EACCES, f"{user.name} cannot create it: {why}", str(path))
+
+
+def job_account(run_as: str | None, launch: Launch, home: Path | None) -> JobUser | None:
+    """The account an instance runs as (None: the server's own), with its dirs ready for it: the work
+    dir and a model dir the platform made are given to it, a missing model dir the user named is
+    made by it. StartError says why the instance cannot start."""
+    user: JobUser | None = None
+    launch.work_dir.mkdir(parents=True, exist_ok=True)
+    model_dir = launch.job.model_dir
+    if run_as is not None:
+        owner = launch.job.user
+        try:
+            user = job_user(run_as, owner)
+        except KeyError:
+            raise StartError(
+                f"run_as: there is no OS user for {owner!r} on this machine; "
+                "create it or change [backend] run_as"
+            ) from None
+        # Only dirs the platform made for this job change owner; a model dir elsewhere is the user's.
+        made = home is not None and model_dir.is_dir() and model_dir.is_relative_to(home / "jobs")
+        mine = [launch.work_dir] + ([model_dir] if made and model_dir != launch.work_dir else [])
+        try:
+            for d in mine:
+                if home is not None:
+                    let_through(home, d)
+            give_to(user, *mine)
+        except OSError as e:
+            raise StartError(f"cannot give the job's directories to {user.name}: {e}") from e
+    try:
+        if not model_dir.is_dir():
+            make_dirs_as(user, model_dir)
+    except OSError as e:
+        raise StartError(f"spec.model_dir {model_dir} cannot be created: {e.strerror or e}") from None
+    return user
 
 
 def open_job_log(path: Path) -> int:

@@ -18,6 +18,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.confine import make_beneath
 from hai_airflow.backends.docker_logs import merge
 from hai_airflow.backends.inventory import gpu_type
 from hai_airflow.backends.k8s_pods import (
@@ -164,9 +165,23 @@ class KubernetesBackend(ServedLogs):
 
     # ---- start ------------------------------------------------------------------------------------
 
+    def _make_model_dir(self, launch: Launch) -> None:
+        """Create a missing model dir on the NAS, walking down from its mount without following a
+        link, for the pods' account (`run_as_user`); the pods mount it by `subPath`."""
+        opts, model_dir = self.options, launch.job.model_dir
+        if not opts.nas_pvc or model_dir.is_dir():
+            return
+        uid, gid = opts.run_as_user, opts.run_as_group if opts.run_as_group is not None else opts.fs_group
+        owner = (uid if uid is not None else -1, gid if gid is not None else -1)
+        try:
+            make_beneath(opts.nas_mount_path, str(model_dir), owner=owner)
+        except OSError as e:
+            raise StartError(f"cannot create model_dir {model_dir}: {e.strerror or e}") from None
+
     def start(self, launch: Launch) -> Handle:
         # Check the job's paths before anything is created (a refused one raises StartError).
         m.nas_mounts(launch, self.options)
+        self._make_model_dir(launch)
         self._ensure_watch()
         # mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only.
         use_mpijob = (

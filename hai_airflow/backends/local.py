@@ -18,22 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine
-from hai_airflow.backends.gitcode import CheckoutError, checkout
+from hai_airflow.backends.gitcode import clone_script
 from hai_airflow.backends.inventory import detect
 from hai_airflow.backends.jobuser import (
     JobUser,
+    RunAs,
     base_env,
     default_job_path,
-    give_to,
-    job_user,
-    let_through,
+    job_account,
     open_job_log,
-    run_as_problem,
     server_user,
 )
 from hai_airflow.backends.launches import handle_data, image_of, read_handles
@@ -101,7 +99,7 @@ class LocalOptions(BaseModel):
         description="Variables the platform adds to every job (e.g. LD_LIBRARY_PATH); nothing of the "
         "server's own environment reaches a job.",
     )
-    run_as: str | None = Field(
+    run_as: RunAs = Field(
         default=None,
         min_length=1,
         description='OS user the jobs run as, or "{user}" for the account named like the job\'s owner '
@@ -119,14 +117,6 @@ class LocalOptions(BaseModel):
                 "remove launcher from [backend.options]"
             )
         return data
-
-    @field_validator("run_as")
-    @classmethod
-    def _run_as_usable(cls, v: str | None) -> str | None:
-        problem = None if v is None else run_as_problem(v)
-        if problem is not None:
-            raise ValueError(problem)
-        return v
 
 
 @dataclass
@@ -237,7 +227,7 @@ class LocalBackend:
         notice_path.unlink(missing_ok=True)
         image = image_of(launch)
         notice = str(notice_path)
-        user = self._job_user(launch)
+        user = job_account(self.options.run_as, launch, self.home)
         platform = base_env(
             self.options.path or default_job_path(),
             launch.work_dir,
@@ -251,6 +241,9 @@ class LocalBackend:
         slots = worker_slots(placement)
         port = free_port()
         plans = self._plans(launch, slots, base, port)
+        if spec.code_src == "git":
+            count = len(plans)
+            plans = [(s, env, self._clone(launch, checkout_name(s.rank, count)) + c) for s, env, c in plans]
         workers: list[_Worker] = []
         try:
             for slot, env, command in plans:
@@ -274,7 +267,7 @@ class LocalBackend:
                 "log_path": str(launch.log_path),
                 "notice_path": str(notice_path),
                 "work_dir": str(launch.work_dir),
-                "cwd": str(cwd),
+                "cwd": str(cwd / checkout_name(0, len(plans)) if spec.code_src == "git" else cwd),
                 "image": image,
                 "processes": "per-gpu" if per_gpu(spec) else "per-worker",
                 "master_port": port,
@@ -367,13 +360,11 @@ class LocalBackend:
     # ---- starting ---------------------------------------------------------------------------
 
     def _code_dir(self, launch: Launch) -> Path:
+        """Where each command starts: the checked code path, or (git) its work dir, where the command's
+        own process clones the code first (`_plans`)."""
         spec = launch.spec
         if spec.code_src == "git":
-            try:
-                dest = launch.work_dir / "code"
-                return checkout(spec.code_path, spec.git_branch, dest, self.options.git_timeout_seconds)
-            except CheckoutError as exc:
-                raise StartError(str(exc)) from None
+            return Path(os.path.realpath(launch.work_dir))
         path = Path(spec.code_path).expanduser()
         if not path.is_dir():
             raise StartError(
@@ -388,32 +379,10 @@ class LocalBackend:
         except PathRefused as refused:
             raise StartError(str(refused)) from None
 
-    def _job_user(self, launch: Launch) -> JobUser | None:
-        """The account the instance runs as, its dirs made its own; None runs it as the server's user."""
-        if self.options.run_as is None:
-            return None
-        owner = launch.job.user
-        try:
-            user = job_user(self.options.run_as, owner)
-        except KeyError:
-            raise StartError(
-                f"run_as: there is no OS user for {owner!r} on this machine; "
-                "create it or change [backend] run_as"
-            ) from None
-        model_dir = launch.job.model_dir
-        # Only dirs the platform made for this job change owner; a model dir elsewhere is the user's.
-        mine = [launch.work_dir] + ([model_dir] if self._made_by_platform(model_dir) else [])
-        try:
-            for d in mine:
-                if self.home is not None:
-                    let_through(self.home, d)
-            give_to(user, *mine)
-        except OSError as exc:
-            raise StartError(f"cannot give the job's directories to {user.name}: {exc}") from exc
-        return user
-
-    def _made_by_platform(self, path: Path) -> bool:
-        return self.home is not None and path.is_dir() and path.is_relative_to(self.home / "jobs")
+    def _clone(self, launch: Launch, dest: str) -> str:
+        spec = launch.spec
+        timeout = self.options.git_timeout_seconds
+        return clone_script(spec.code_path, spec.git_branch, dest, timeout, launch.git_schemes)
 
     def _plans(
         self, launch: Launch, slots: list[WorkerSlot], base: dict[str, str], port: int
@@ -633,6 +602,11 @@ def _exited(instances: Iterable[_Instance]) -> set[int]:
             if not w.done and w.exit_fd is not None:
                 poller.register(w.exit_fd, select.POLLIN)
     return {fd for fd, _ in poller.poll(0)}
+
+
+def checkout_name(rank: int, processes: int) -> str:
+    """The dir in the work dir where a process clones the job's git code: one clone per process."""
+    return "code" if processes == 1 else f"code-{rank}"
 
 
 def worker_log_path(log_path: Path, rank: int) -> Path:

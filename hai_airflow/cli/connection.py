@@ -91,7 +91,8 @@ def failures_as_exit() -> Iterator[None]:
     try:
         yield
     except HaiError as error:
-        fail(error.message, exit_code_for(error))
+        where = f" (field {error.field})" if error.field and error.field not in error.message else ""
+        fail(error.message + where, exit_code_for(error))
     except pydantic.ValidationError as error:
         fail(
             f"the server's answer did not match what this hai understands ({error.error_count()} "

@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
 from hai_airflow.backends.base import Backend, Handle, JobEnvironment, Launch, StartError
+from hai_airflow.backends.confine import make_beneath
 from hai_airflow.scheduling.model import WAITING, Admit
 from hai_airflow.server import paths, transitions
 from hai_airflow.server.context import ServerContext
@@ -117,9 +118,13 @@ def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
     missing = [sid for sid in spec.project_storage if sid not in ctx.storages]
     if missing:
         raise StartError(f"project storage {missing[0]} is no longer configured on the server")
-    for d in (ctx.home / "jobs", ctx.jobs_dir(new.job_id), new.work_dir.parent):
+    own = ctx.jobs_dir(new.job_id)
+    for d in (ctx.home / "jobs", own, new.work_dir.parent):
         traverse_only(d)
-    env.model_dir.mkdir(parents=True, exist_ok=True)
+    if env.model_dir.is_relative_to(own):
+        make_beneath(str(own), str(env.model_dir))
+    # A model dir the user named elsewhere is made by the backend, as the job's account: root never
+    # creates anything through a path a user controls.
     new.work_dir.mkdir(parents=True, exist_ok=True)
     return Launch(
         job_id=new.job_id,
@@ -132,6 +137,7 @@ def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
         storages={sid: ctx.storages[sid] for sid in spec.project_storage},
         grace_seconds=spec.effective_grace_seconds,
         paths=rules,
+        git_schemes=ctx.config.git.schemes,
     )
 
 

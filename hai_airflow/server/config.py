@@ -6,11 +6,12 @@ import getpass
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hai_airflow.backends.confine import template_problem
+from hai_airflow.backends.gitcode import DEFAULT_SCHEMES
 from hai_airflow.server.acting import entry_problem
 from hai_airflow.spec import GroupConfig, NodeConfig, ResourcePackage, UserConfig
 
@@ -78,8 +79,22 @@ class PathsSection(_Section):
         for template in v or ():
             problem = template_problem(template)
             if problem is not None:
-                raise ValueError(f"{problem}; write absolute roots such as \"/nas/{{user}}\"")
+                raise ValueError(f'{problem}; write absolute roots such as "/nas/{{user}}"')
         return v
+
+
+class GitSection(_Section):
+    allowed_hosts: tuple[str, ...] = Field(
+        default=(),
+        description="Hosts (host or host:port) jobs may clone git repositories from; a repository path "
+        "on the server is always allowed within [paths] allowed.",
+    )
+    schemes: tuple[Literal["https", "ssh", "http", "git"], ...] = Field(
+        default=DEFAULT_SCHEMES,
+        min_length=1,
+        description="Protocols of those clones: https and ssh; http or git:// only for an internal host "
+        "you trust on its network.",
+    )
 
 
 class StorageConfig(_Section):
@@ -117,6 +132,7 @@ class ServerConfig(_Section):
     )
     paths: PathsSection = Field(default_factory=PathsSection, description="[paths]")
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection, description="[checkpoints]")
+    git: GitSection = Field(default_factory=GitSection, description="[git] where jobs may clone code from")
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ServerConfig:

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from hai_airflow.backends.confine import PathRefused, PathRules, allowed_roots, confine, relative_problem
+from hai_airflow.backends.gitcode import is_remote, repository_problem
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.config import ServerConfig, StorageConfig
 from hai_airflow.server.errors import ApiError
@@ -29,17 +30,19 @@ def rules_for(
 
 def local_code_path(spec: AnySpec) -> str | None:
     """The directory on the server the job's code comes from; None for a git repository elsewhere."""
-    if spec.code_src == "nas":
-        return str(Path(spec.code_path).expanduser())
-    url = spec.code_path.removeprefix("file://")
-    remote = "://" in url or ":" in url.split("/", 1)[0]  # a URL, or scp-like host:path
-    # A local repository is cloned by the server itself: it obeys the same roots as a NAS code path.
-    return None if remote else url
+    if spec.code_src == "git" and is_remote(spec.code_path):
+        return None
+    # A repository on the server obeys the same roots as a NAS code path.
+    return str(Path(spec.code_path).expanduser())
 
 
 def spec_path_problem(config: ServerConfig, rules: PathRules, spec: AnySpec) -> PathRefused | None:
     """The first user-given path of `spec` that the rules refuse, or None."""
     whole_code_tree = config.server.backend in MOUNTING_BACKENDS
+    if spec.code_src == "git":
+        git = config.git
+        if (bad := repository_problem(spec.code_path, git.allowed_hosts, git.schemes)) is not None:
+            return PathRefused("spec.code_path", spec.code_path, *bad)
     try:
         if (code := local_code_path(spec)) is not None:
             confine(code, rules, "spec.code_path", whole_code_tree)

@@ -8,7 +8,6 @@ job is the signed-in person's.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from tests.airflow.helpers import HAI_CONFIG, INCLUDE
 from tests.airflow.services import PASSWORD, AirflowServices, poll
 from tests.airflow.trigger_form import TriggerForm, renders_cjk, screenshot_on_failure, sign_in
 from tests.dashboard import browser
+from tests.support.gitrepo import bare_origin
 from tests.support.live_server import LiveServer, start_server
 
 pytestmark = [
@@ -73,22 +73,13 @@ class Stack:
             return client.job(job.id)
 
 
-def git(*args: str, cwd: Path) -> None:
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd, check=True)
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root = tmp_path_factory.mktemp("trigger-form")
-    origin = root / "origin.git"
-    work = root / "work"
-    git("init", "--quiet", "--bare", "--initial-branch=main", str(origin), cwd=root)
-    git("clone", "--quiet", str(origin), str(work), cwd=root)
-    git("checkout", "--quiet", "-b", "feature", cwd=work)
-    (work / "train.sh").write_text('echo "feature branch in $(pwd)"; sleep 12\n')
-    git("add", "train.sh", cwd=work)
-    git("commit", "--quiet", "-m", "feature", cwd=work)
-    git("push", "--quiet", "origin", "feature", cwd=work)
+    origin = bare_origin(
+        root,
+        {"main": {"README": "\n"}, "feature": {"train.sh": 'echo "feature branch in $(pwd)"; sleep 12\n'}},
+    )
     with start_server(root / "hai", HAI_CONFIG) as hai, browser.chromium() as driver:
         driver.set_window_size(1280, 2400)  # the whole dialog in one picture
         airflow = AirflowServices(root / "airflow", hai)

@@ -256,8 +256,20 @@ def test_git_code_is_checked_out_and_mounted(jobs: DockerJobs, tmp_path: Path) -
     subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
-    launch = jobs.launch("sh main.sh", code_src="git", code_path=str(repo), git_branch="main")
-    jobs.backend.start(launch)
+    launch = jobs.launch("sh main.sh; sleep 1", code_src="git", code_path=str(repo), git_branch="main")
+    handle = jobs.backend.start(launch)
+    # start() only starts the clone, off the controller's loop; poll() creates the containers after it.
+    assert jobs.containers(launch.instance_id) == []
+    assert handle.data["containers"] == [f"hai-{launch.instance_id}-w0"]
+    exits = []
+    deadline = time.monotonic() + 30
+    while not jobs.containers(launch.instance_id):
+        assert time.monotonic() < deadline, "the containers did not start after the clone"
+        exits += jobs.backend.poll()
+        time.sleep(0.05)
+    assert exits == []
+    (container,) = jobs.containers(launch.instance_id)
+    assert container.attrs["Config"]["WorkingDir"] == str(launch.work_dir / "code")
     ended = jobs.wait(launch.instance_id)
     assert ended.exit_code == 0
     assert launch.log_path.read_text() == "from-git-7\n"

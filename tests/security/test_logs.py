@@ -120,7 +120,7 @@ def test_a_work_dir_replaced_by_a_link_to_another_directory_is_not_served(
     # A regular file with the log's name: only the link in the directory part can lead to it
     # (e.g. to another user's instance dir).
     (elsewhere / "output.log").write_text("SOMEONE-ELSES-LOG\n")
-    cmd = f"w={WORK}; mv \"$w\" \"$w.moved\" && ln -s {shlex.quote(str(elsewhere))} \"$w\""
+    cmd = f'w={WORK}; mv "$w" "$w.moved" && ln -s {shlex.quote(str(elsewhere))} "$w"'
     inst = run(sqlite_server, cmd)
     assert work_dir(sqlite_server, inst).is_symlink()
     assert_every_read_refused(sqlite_server, inst.id, "SOMEONE-ELSES-LOG")
@@ -356,7 +356,6 @@ def test_docker_writes_the_notice_without_following_links_the_job_planted(
         inst = c.instance(inst.id)
     assert_notice_delivered_and_victims_untouched(docker_server, inst, victims)
     assert "grace_seconds" in get_log(docker_server, inst.id).text
-
 
 
 @pytest.mark.docker

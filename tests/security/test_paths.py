@@ -157,7 +157,7 @@ def test_roots_are_filled_in_per_user_and_group(user: str, group: str, expected:
         pytest.param("git@git.example.com:team/x.git", None, id="scp-like"),
         pytest.param("ssh://git@host/x.git", None, id="ssh"),
         pytest.param("/nas/bob/repo.git", "/nas/bob/repo.git", id="a local path"),
-        pytest.param("file:///nas/bob/repo.git", "/nas/bob/repo.git", id="a file URL"),
+        pytest.param("file:///nas/bob/repo.git", None, id="a file URL (refused: not cloned at all)"),
         pytest.param("repo.git", "repo.git", id="relative (refused as not absolute)"),
     ],
 )
@@ -317,10 +317,16 @@ def wait_state(live: LiveServer, job_id: int, states: set[str], timeout: float =
         ),
         pytest.param({"code_path": "{home}"}, "spec.code_path", "$HAI_HOME", id="code_path=$HAI_HOME"),
         pytest.param(
-            {"code_src": "git", "code_path": "file://{root}/nas/bob/code"},
+            {"code_src": "git", "code_path": "{root}/nas/bob/code"},
             "spec.code_path",
             "outside",
             id="a git clone of another user's local repository",
+        ),
+        pytest.param(
+            {"code_src": "git", "code_path": "file://{root}/nas/alice/code"},
+            "spec.code_path",
+            "file:// URLs are not cloned",
+            id="a git clone by file URL",
         ),
         pytest.param({"model_dir": "/"}, "spec.model_dir", "root directory", id="model_dir=/"),
         pytest.param(

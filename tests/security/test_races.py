@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
+import pwd
 import threading
 import time
 from collections import Counter
@@ -68,17 +67,6 @@ def test_one_users_race_never_fails_another_users_submissions(server: LiveServer
 RUN_AS = 'run_as = "nobody"'
 SCANNED_JOBS = 8
 JOBS = 30
-
-
-@pytest.fixture
-def open_dir() -> Iterator[Path]:
-    """A directory the job account may traverse (pytest's tmp_path is private to root)."""
-    if os.geteuid() != 0:
-        pytest.skip("run_as needs the test to run as root (it starts jobs as another OS user)")
-    path = Path(tempfile.mkdtemp(prefix="hai-race-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize(
@@ -168,3 +156,51 @@ def test_the_checkpoint_scan_never_follows_a_swapped_model_dir(tmp_path: Path) -
     leaked = [c for c in seen if c is not None and ("dave" in c or "99999999" in c)]
     assert leaked == [], leaked
     assert str(mine / "checkpoint-00000001.pt") in seen, seen
+
+
+def test_a_model_dir_is_made_by_the_jobs_account_never_through_a_swap(open_dir: Path) -> None:
+    """Finding 7: bob flips a parent of his jobs' new model dirs between his directory and a symlink
+    into a root-only directory outside his roots. The dir is made by the job's account (or, inside the
+    job's own dir, by a walk that follows no link), so nothing ever appears in the root-only
+    directory, and a model dir made without any race is the job's account's, not root's."""
+    nas, secret = open_dir / "nas", open_dir / "root-only"
+    secret.mkdir(mode=0o700)
+    parent = nas / "bob" / "p"
+    parent.mkdir(parents=True)
+    for d in (nas, nas / "bob", parent):
+        d.chmod(0o777)  # the job's account (nobody) may create its model dirs here
+    code = nas / "bob" / "code"
+    code.mkdir(mode=0o755)
+    config = TEST_CONFIG.replace("[[nodes]]", f"[backend]\n{RUN_AS}\n\n[[nodes]]", 1)
+    config = f'[paths]\nallowed = ["{nas}/{{user}}"]\n\n' + config
+    with LiveServer(open_dir / "hai", config).start() as server, server.client(TOKENS["bob"]) as bob:
+        plain = bob.submit(
+            CpuJobSpec(
+                task_name="plain",
+                code_path=str(code),
+                cmd="touch $HAI_MODEL_DIR/ok",
+                model_dir=str(nas / "bob" / "new" / "m"),
+            )
+        )
+        assert wait_ended(bob, plain.id).state == "SUCCEEDED", bob.job(plain.id).reason
+        with Flipper(parent, secret, min_flips=500, hold=0.002) as flipper:
+            jobs = []
+            for i in range(JOBS):
+                spec = {
+                    "task_name": f"m-{i}",
+                    "code_path": str(code),
+                    "cmd": "true",
+                    "model_dir": str(parent / f"m-{i}"),
+                }
+                with contextlib.suppress(HaiError):  # caught mid-swap at submit: refused, 422
+                    jobs.append(bob.submit(CpuJobSpec(**spec)))
+            ended = [wait_ended(bob, job.id) for job in jobs]
+    nobody = pwd.getpwnam("nobody").pw_uid
+    made = nas / "bob" / "new" / "m"
+    assert (made.stat().st_uid, (made / "ok").stat().st_uid) == (nobody, nobody)
+    assert flipper.flips >= 500
+    assert list(secret.iterdir()) == [], "a model dir was created through the swapped link"
+    assert jobs and all(j.state in ("SUCCEEDED", "FAILED") for j in ended), [
+        (j.state, j.reason) for j in ended
+    ]
+    assert {p.stat().st_uid for p in parent.iterdir()} <= {nobody}
