@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from hai_airflow.backends.base import Backend
 
 BACKENDS: dict[str, tuple[str, str, str]] = {
@@ -15,10 +17,31 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "kubernetes": ("hai_airflow.backends.kubernetes", "KubernetesBackend", "kubernetes"),
 }
 """Backend name -> (module, class, pip extra it needs). A class is called as `cls(options, home)`."""
+OPTIONS: dict[str, tuple[str, str]] = {
+    "local": ("hai_airflow.backends.local", "LocalOptions"),
+    "docker": ("hai_airflow.backends.docker_config", "DockerOptions"),
+    "kubernetes": ("hai_airflow.backends.k8s_manifests", "KubernetesOptions"),
+}
+"""Backend name -> (module, class) of the model its `[backend]` table is validated with: read by
+`hai serve --check-config` and the reference pages without reaching an engine or a cluster."""
 
 
 class BackendUnavailable(ValueError):
     """The configured backend is unknown or cannot be imported here."""
+
+
+def _known(name: str, table: Mapping[str, Any]) -> None:
+    if name not in table:
+        known = ", ".join(sorted(table))
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {known}")
+
+
+def options_model(name: str) -> type[BaseModel]:
+    """The `[backend]` options model of backend `name`; `BackendUnavailable` for an unknown name."""
+    _known(name, OPTIONS)
+    module_name, class_name = OPTIONS[name]
+    model: type[BaseModel] = getattr(importlib.import_module(module_name), class_name)
+    return model
 
 
 def load_backend(name: str, options: Mapping[str, Any] | None, home: Path) -> Backend:
@@ -28,11 +51,8 @@ def load_backend(name: str, options: Mapping[str, Any] | None, home: Path) -> Ba
     :param options: backend-specific settings; unknown keys are refused by the backend.
     :param home: the platform home directory (`$HAI_HOME`).
     """
-    try:
-        module_name, class_name, extra = BACKENDS[name]
-    except KeyError:
-        known = ", ".join(sorted(BACKENDS))
-        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {known}") from None
+    _known(name, BACKENDS)
+    module_name, class_name, extra = BACKENDS[name]
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -12,7 +12,7 @@ import uvicorn
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from hai_airflow.backends import BackendUnavailable, load_backend
+from hai_airflow.backends import BackendUnavailable, load_backend, options_model
 from hai_airflow.backends.base import Backend
 from hai_airflow.client import hai_home
 from hai_airflow.scheduling import POLICIES
@@ -121,10 +121,8 @@ def open_store(
     return store
 
 
-def build(
-    config: ServerConfig, home: Path, config_path: Path | None = None
-) -> tuple[ServerContext, Controller]:
-    """The store, the backend and the controller for `config` (exits are the caller's business)."""
+def require_token_env(config: ServerConfig, config_path: Path | None) -> None:
+    """Every user's `token_env` names a variable set in this environment."""
     unset = unset_token_env(config)
     if unset is not None:
         i, variable = unset
@@ -134,14 +132,53 @@ def build(
             f"{variable} is not set in hai serve's environment; set it to a long random secret "
             "(e.g. `openssl rand -hex 24`)",
         )
+
+
+def backend_options_error(error: ValidationError, config_path: Path | None) -> ConfigError:
+    """A backend's refusal of its `[backend]` table, naming the field as `backend.<key>`."""
+    err = error.errors()[0]
+    field = ".".join(["backend", *(str(p) for p in err["loc"])])
+    return ConfigError(config_path, field, str(err["msg"]).removeprefix("Value error, "))
+
+
+def check_config(path: Path) -> ServerConfig:
+    """What `hai serve --config path` checks before it opens the store: the file, the token variables
+    its users name, and the `[backend]` options of its backend (validated, not connected to)."""
+    config = load_config(path, sorted(POLICIES))
+    require_token_env(config, path)
+    try:
+        model = options_model(config.server.backend)
+    except BackendUnavailable as e:
+        raise ConfigError(path, "server.backend", str(e)) from None
+    try:
+        model.model_validate(config.backend)
+    except ValidationError as e:
+        raise backend_options_error(e, path) from None
+    return config
+
+
+def check_main(path: Path) -> None:
+    """`hai serve --check-config FILE`: exit 0 when `hai serve` would accept FILE, else 2 and why.
+    Starts nothing and writes nothing: no store, no backend, no `$HAI_HOME`."""
+    try:
+        check_config(path)
+    except ConfigError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    print(f"config {path} is valid")
+
+
+def build(
+    config: ServerConfig, home: Path, config_path: Path | None = None
+) -> tuple[ServerContext, Controller]:
+    """The store, the backend and the controller for `config` (exits are the caller's business)."""
+    require_token_env(config, config_path)
     try:
         backend = load_backend(config.server.backend, config.backend, home)
     except BackendUnavailable as e:
         raise ConfigError(config_path, "server.backend", str(e)) from None
     except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(["backend", *(str(p) for p in err["loc"])])
-        raise ConfigError(config_path, field, str(err["msg"])) from None
+        raise backend_options_error(e, config_path) from None
     nodes = list(config.nodes) or default_nodes(detected_nodes(backend))
     store = open_store(config, home, nodes, config_path)
     ctx = ServerContext(store=store, config=config, home=home, holder_id=holder_identity())
