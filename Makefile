@@ -4,13 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install provision test lint demo bench up clean
+.PHONY: install provision test lint demo bench up docs docs-serve clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[all,dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[all,dev,docs]'
 	@touch $(STAMP)
 
 # Chromium, a Docker engine and its image, Horovod and a kube-apiserver for the outer test tiers (skipped
@@ -43,5 +43,13 @@ bench: install
 up: install
 	$(PY) -m hai_airflow.demo --up
 
+# The site (into .artifacts/site), references generated from the code by docs/hooks/reference.py;
+# a broken link or a page missing from the nav fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .artifacts/site
