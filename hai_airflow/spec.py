@@ -37,6 +37,27 @@ JobState = Literal[
     "PENDING", "STARTING", "RUNNING", "SUSPENDING", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED"
 ]
 TERMINAL_STATES: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+MOVES: dict[tuple[str, str], str] = {
+    ("PENDING", "STARTING"): "the scheduler admits it; a new instance is claimed",
+    ("SUSPENDED", "STARTING"): "the scheduler admits it again; a new instance resumes it",
+    ("PENDING", "FAILED"): "rejected: it cannot run on this cluster",
+    ("SUSPENDED", "FAILED"): "rejected: it can no longer run on this cluster",
+    ("PENDING", "CANCELLED"): "cancelled while waiting",
+    ("SUSPENDED", "CANCELLED"): "cancelled while suspended",
+    ("STARTING", "RUNNING"): "the backend started the instance",
+    ("STARTING", "FAILED"): "the start failed (a missing image, a path that went bad)",
+    ("STARTING", "SUSPENDED"): "the instance was lost before it ran (a server restart)",
+    ("STARTING", "CANCELLED"): "the instance was lost before it ran, and a cancel was asked",
+    ("RUNNING", "SUSPENDING"): "preempted for a high-priority job, or suspended by an admin",
+    ("RUNNING", "SUCCEEDED"): "exit code 0",
+    ("RUNNING", "FAILED"): "any other exit code, or killed by a signal",
+    ("RUNNING", "CANCELLED"): "cancelled while running (the instance is stopped first)",
+    ("RUNNING", "SUSPENDED"): "exit code 75 unasked (saved, resume me), or the instance was lost",
+    ("SUSPENDING", "SUSPENDED"): "the instance ended, whatever its exit code",
+    ("SUSPENDING", "CANCELLED"): "cancelled while being suspended",
+}
+"""Every legal move of a job's state (from, to) and when it happens; `transitions.move` refuses any
+other. A job is stored PENDING; SUCCEEDED, FAILED and CANCELLED are final."""
 EndReason = Literal["completed", "failed", "preempted", "cancelled", "lost", "suspended"]
 PriorityClass = Literal["high", "low"]
 

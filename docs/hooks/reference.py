@@ -555,3 +555,29 @@ def on_files(files: Any, config: Any) -> Any:
             )
         files.append(File.generated(config, uri, content=write()))
     return files
+
+
+# ---- generated parts of hand-written pages ------------------------------------------------------
+
+JOB_MOVES = "<!-- job moves -->"
+"""A line of a page that the build replaces with the job state machine of `spec.MOVES`."""
+
+
+def job_moves() -> str:
+    """`spec.MOVES` as a table (from, to, when) and a state diagram: the moves `transitions.move`
+    allows, so the page cannot list one the code refuses."""
+    from hai_airflow.spec import MOVES, TERMINAL_STATES
+
+    rows = [("(submit)", "`PENDING`", "the job is stored")]
+    rows += [(f"`{a}`", f"`{b}`", md(when)) for (a, b), when in MOVES.items()]
+    edges = ["    [*] --> PENDING", *(f"    {a} --> {b}" for a, b in MOVES)]
+    edges += [f"    {state} --> [*]" for state in sorted(TERMINAL_STATES)]
+    diagram = "```mermaid\nstateDiagram-v2\n" + "\n".join(edges) + "\n```\n"
+    return table(("from", "to", "when"), rows) + "\n" + diagram
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Fill the generated parts of hand-written pages."""
+    if JOB_MOVES in markdown:
+        markdown = markdown.replace(JOB_MOVES, job_moves())
+    return markdown

@@ -15,18 +15,25 @@ from hai_airflow.server import by_id, changes
 from hai_airflow.server.checkpoints import Checkpoint
 from hai_airflow.server.snapshot import WAITING, placement_to_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
-from hai_airflow.spec import TERMINAL_STATES
+from hai_airflow.spec import MOVES, TERMINAL_STATES
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 
 CONTROLLER = "controller"
 
 
+class IllegalMove(RuntimeError):
+    """A state change that `spec.MOVES` does not list: a bug in its caller, never written."""
+
+
 def move(
     s: Session, job: JobRow, to_state: str, kind: str, reason: str, now: float, actor: str = CONTROLLER
 ) -> None:
-    """Change the job's state and record why, in one go. A job that leaves the queue for good drops
-    its reservation: only waiting jobs hold one (`begin_instances` drops those of the jobs it starts),
-    so a job that ends after running has none to drop and costs no statement for it."""
+    """Change the job's state and record why, in one go; IllegalMove for a move `MOVES` does not
+    list. A job that leaves the queue for good drops its reservation: only waiting jobs hold one
+    (`begin_instances` drops those of the jobs it starts), so a job that ends after running has none
+    to drop and costs no statement for it."""
+    if (job.state, to_state) not in MOVES:
+        raise IllegalMove(f"job {job.id}: {job.state} -> {to_state} ({kind}) is not a legal move")
     leaves_queue = job.state in WAITING
     s.add(
         EventRow(

@@ -133,3 +133,13 @@ def test_the_rest_reference_has_every_operation() -> None:
 def test_the_changelog_page_is_the_root_file() -> None:
     assert reference.changelog_page() == (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
     assert "## [Unreleased]" in reference.changelog_page()
+
+
+def test_the_concepts_page_shows_every_job_move_from_the_code() -> None:
+    from hai_airflow.spec import MOVES
+
+    source = (REPO / "docs" / "concepts.md").read_text()
+    assert reference.JOB_MOVES in source, "concepts.md lost the line the state machine is built into"
+    built = reference.on_page_markdown(source, None, None, None)
+    for a, b in MOVES:
+        assert f"| `{a}` | `{b}` |" in built and f"    {a} --> {b}\n" in built
