@@ -42,12 +42,20 @@ def promote(
     act_on_each(connection, chosen, lambda c, i: c.promote(i, max_schedule), line, out)
 
 
+def asks_first(tasks: int, yes: bool, terminal: bool) -> bool:
+    """Whether `hai cancel` asks before it acts: only a person at a terminal cancelling several tasks
+    without --yes. One task, or a script (no terminal), is cancelled at once, as scancel and kubectl
+    delete do."""
+    return not yes and terminal and tasks > 1
+
+
 @with_flags()
 def cancel(
     ids: TaskIdArguments = None,
     task_id: TaskIdFlags = None,
     yes: Annotated[
-        bool, typer.Option("--yes", "-y", help="Cancel without asking (required without a terminal).")
+        bool,
+        typer.Option("--yes", "-y", help="Cancel several tasks at a terminal without asking."),
     ] = False,
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
@@ -56,11 +64,7 @@ def cancel(
     chosen = task_ids(ids, task_id, "cancel")
     named = ", ".join(map(str, chosen))
     noun = "task" if len(chosen) == 1 else "tasks"
-    if not yes:
-        if not sys.stdin.isatty():
-            usage_error(
-                f"cancelling {noun} {named} needs confirmation and there is no terminal to ask on. Add --yes"
-            )
+    if asks_first(len(chosen), yes, sys.stdin.isatty()):
         typer.confirm(f"Cancel {noun} {named}? Running instances are stopped.", abort=True, err=True)
 
     def line(job: JobView) -> str:

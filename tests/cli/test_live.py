@@ -138,11 +138,9 @@ def test_document_workflow_res_create_task_instance_log_promote_cancel(
     assert promoted.stdout.strip() == f"promoted task {low_id} to high priority (max-schedule 8h)"
     assert json_out(hai("task", "--task-id", str(low_id), "--json", env=alice))["priority"] == "high"
 
-    # hai cancel: refuses without --yes (no terminal), then stops the running instance
-    refused = hai("cancel", "--task-id", str(low_id), env=alice)
-    assert refused.exit_code == 2 and "--yes" in refused.stderr
+    # hai cancel: a script (no terminal) cancels at once, as scancel does, and the instance stops
     assert wait_for(live_server, low_id, {"RUNNING"}).state == "RUNNING"
-    cancelled = hai("cancel", "--task-id", str(low_id), "--yes", env=alice)
+    cancelled = hai("cancel", "--task-id", str(low_id), env=alice)
     assert cancelled.exit_code == 0, cancelled.output
     assert f"task {low_id}" in cancelled.stdout and cancelled.stdout.startswith("cancel")
     wait_for(live_server, low_id, {"CANCELLED"})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.cli.control import outcome_line
+from hai_airflow.cli.control import asks_first, outcome_line
 from hai_airflow.cli.jobspec import build_spec, join_command
 from hai_airflow.cli.submit import smallest_package
 from hai_airflow.spec import TERMINAL_STATES, JobView, ResourcePackageView
@@ -124,3 +124,19 @@ def test_a_relative_code_path_is_sent_as_the_absolute_directory_seen_from_here(
     fields["cmd"] = "true"
     spec = build_spec("standalone", fields, {}, "create")
     assert spec.code_path == expected.replace("{cwd}", str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("tasks", "yes", "terminal", "asks"),
+    [
+        (1, False, True, False),  # one task: never asked, as scancel
+        (1, False, False, False),
+        (3, False, False, False),  # a script: no terminal to ask on, so it acts
+        (3, False, True, True),  # a person cancelling several
+        (3, True, True, False),
+    ],
+)
+def test_cancel_asks_only_a_person_cancelling_several_tasks(
+    tasks: int, yes: bool, terminal: bool, asks: bool
+) -> None:
+    assert asks_first(tasks, yes, terminal) is asks

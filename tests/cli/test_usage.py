@@ -121,9 +121,6 @@ def test_log_accepts_the_documents_underscore_spelling(hai: Hai) -> None:
             id="submit names its own flag",
         ),
         pytest.param(
-            ("cancel", "--task-id=1"), ("needs confirmation", "--yes"), id="cancel without a terminal"
-        ),
-        pytest.param(
             ("promote", "--task-id=1", "--max-schedule=0"), ("--max-schedule must be one of 4|6|8|24|48",)
         ),
         pytest.param(("task", "--json", "-o", "yaml"), ("--json and -o yaml",), id="two formats"),
