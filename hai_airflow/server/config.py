@@ -287,8 +287,14 @@ def _table(header: str, model: BaseModel) -> str:
     return "\n".join(lines) + "\n"
 
 
-def default_config_text(detected: Sequence[NodeConfig] | None, os_user: str | None = None) -> str:
-    """The config `hai serve` writes on first start (the OS user administers everything)."""
+def default_config_text(
+    detected: Sequence[NodeConfig] | None,
+    os_user: str | None = None,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+) -> str:
+    """The config `hai serve` writes on first start (the OS user administers everything), listening
+    where that first start was told to."""
     user = os_user or getpass.getuser()
     nodes = default_nodes(detected)
     parts = [
@@ -296,8 +302,8 @@ def default_config_text(detected: Sequence[NodeConfig] | None, os_user: str | No
         "[server]\n"
         'backend = "local"\n'
         'policy = "seed"\n'
-        f'host = "{DEFAULT_HOST}"\n'
-        f"port = {DEFAULT_PORT}\n"
+        f'host = "{host}"\n'
+        f"port = {port}\n"
         '# database_url = "postgresql+psycopg://user@host/db"  # default: SQLite at $HAI_HOME/hai.db\n',
         "[backend]\n",
     ]

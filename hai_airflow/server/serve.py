@@ -18,6 +18,8 @@ from hai_airflow.client import hai_home
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.app import create_app
 from hai_airflow.server.config import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
     ConfigError,
     ServerConfig,
     default_config_text,
@@ -58,15 +60,20 @@ def detected_nodes(backend: Backend) -> list[NodeConfig] | None:
     ]
 
 
-def load_or_create_config(path: Path | None, home: Path) -> ServerConfig:
-    """The given file, else `$HAI_HOME/config.toml`, written with defaults on first start."""
+def load_or_create_config(
+    path: Path | None, home: Path, host: str | None = None, port: int | None = None
+) -> ServerConfig:
+    """The given file, else `$HAI_HOME/config.toml`, written with defaults on first start (with the
+    host and port that start was given, so the next start without them listens there too)."""
     if path is None:
         path = home / "config.toml"
         if not path.exists():
             home.mkdir(parents=True, exist_ok=True)
             local = load_backend("local", {}, home)
             try:
-                text = default_config_text(detected_nodes(local))
+                text = default_config_text(
+                    detected_nodes(local), host=host or DEFAULT_HOST, port=port or DEFAULT_PORT
+                )
             finally:
                 local.close()
             write_private(path, text)
@@ -204,7 +211,7 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
     home = hai_home()
     try:
         make_home_private(home)
-        config = load_or_create_config(config_path, home)
+        config = load_or_create_config(config_path, home, host, port)
     except ConfigError as e:
         print(f"Error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -20,12 +20,14 @@ from hai_airflow.server.checkpoints import newest_checkpoint
 from hai_airflow.server.config import (
     DEFAULT_CHECKPOINT_IGNORE,
     DEFAULT_CHECKPOINT_PATTERNS,
+    DEFAULT_PORT,
     ConfigError,
     default_config_text,
     parse_config,
 )
 from hai_airflow.server.hints import failure_hint, is_ampere_or_newer
 from hai_airflow.server.provision import apply_config
+from hai_airflow.server.serve import load_or_create_config
 from hai_airflow.server.store import Store
 from hai_airflow.server.tables import Base, InstanceRow, JobRow, LeaseRow, UserRow
 from hai_airflow.server.tokens import token_hash
@@ -272,3 +274,13 @@ def test_config_quotas_apply_once_and_api_changes_survive_a_restart(db_url: str)
             assert stored == token_hash(store.token_key, "alice-token")
     finally:
         store.dispose()
+
+
+def test_the_first_start_writes_the_port_and_host_it_was_given(tmp_path: Path) -> None:
+    """`hai serve --port 18777` on a fresh home: the config it writes says 18777, so the next start
+    without flags listens where the first did (and the CLI's users were told)."""
+    config = load_or_create_config(None, tmp_path, "127.0.0.2", 18777)
+    assert (config.server.host, config.server.port) == ("127.0.0.2", 18777)
+    assert "port = 18777\n" in (tmp_path / "config.toml").read_text()
+    assert load_or_create_config(None, tmp_path).server.port == 18777  # kept, not rewritten
+    assert load_or_create_config(None, tmp_path / "other").server.port == DEFAULT_PORT
