@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -31,9 +32,16 @@ def usage_line(error: typer.TyperException, fallback: str) -> str:
     command's help; the message is typer's, as it formats it, on one line. `fallback` names the
     command when typer's error comes without its context."""
     message = " ".join(error.format_message().split()).rstrip(".")
+    # click's "(Possible options: --user)" in the words of its "Did you mean 'task'?"
+    message = re.sub(
+        r" \(Possible options: ([^)]*)\)$",
+        lambda m: f". Did you mean {'one of ' if ',' in m[1] else ''}{m[1]}?",
+        message,
+    )
     ctx = getattr(error, "ctx", None)
     command = ctx.command_path if ctx is not None else fallback
-    return error_line(f"{message}. See `{command} --help`")
+    end = "" if message.endswith("?") else "."
+    return error_line(f"{message}{end} See `{command} --help`")
 
 
 def command_named(group: Any, words: Sequence[str]) -> str:

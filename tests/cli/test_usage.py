@@ -203,6 +203,10 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(
             id="option without its value",
         ),
         pytest.param(("bogus",), ("bogus", "hai --help"), id="unknown command"),
+        pytest.param(("tsk",), ("Did you mean 'task'? See `hai --help`",), id="a near miss"),
+        pytest.param(
+            ("task", "--stat"), ("Did you mean one of --state", "? See `hai task --help`"), id="near flags"
+        ),
         pytest.param(("res", "extra"), ("extra", "hai res --help"), id="extra argument"),
     ],
 )
@@ -214,6 +218,7 @@ def test_typer_usage_errors_are_one_line_naming_the_flag(
     assert_one_error_line(result.stderr, *parts)
     assert result.stderr.strip().endswith("--help`."), result.stderr
     assert "Usage:" not in result.stderr and "Try '" not in result.stderr
+    assert "?." not in result.stderr and "Possible options" not in result.stderr
     assert result.stdout == ""
 
 
