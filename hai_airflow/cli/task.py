@@ -133,7 +133,12 @@ def task(
     ids: TaskIdArguments = None,
     task_id: TaskIdFlags = None,
     all_: Annotated[
-        bool, typer.Option("--all", help="Every task of your group (all groups for platform admins).")
+        bool,
+        typer.Option(
+            "--all",
+            help="Every task you may see: yours, every task of the groups you administer, and for a "
+            "platform admin every task (others' waiting tasks are in `hai queue`).",
+        ),
     ] = False,
     state_filter: StateOption = None,
     user: Annotated[

@@ -142,6 +142,13 @@ def test_listings_piped_are_plain_columns_in_every_format(hai: Hai, clean: LiveS
     assert {"USER", "GROUP", "SUBMITTED", "PLACEMENT", "REASON"} <= set(wide)
     everyone = hai("task", "--all", env=admin).stdout.splitlines()[0].split()
     assert "USER" in everyone, "a listing that spans users names them"
+    # --all is what its help says: every task you may see (your group's only if you administer it)
+    assert "groups you administer" in " ".join(hai("task", "--help").stdout.split())
+    ids_of = {
+        who: [int(n) for n in hai("task", "--all", "-o", "name", env=as_user(clean, who)).stdout.split()]
+        for who in ("bob", "carol")
+    }
+    assert job not in ids_of["bob"] and job in ids_of["carol"], ids_of
 
     as_json = json_out(hai("task", "-o", "json", env=alice))
     assert as_json == json_out(hai("task", "--json", env=alice))
