@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -167,9 +168,10 @@ class KubernetesBackend(ServedLogs):
 
     def _make_model_dir(self, launch: Launch) -> None:
         """Create a missing model dir on the NAS, walking down from its mount without following a
-        link, for the pods' account (`run_as_user`); the pods mount it by `subPath`."""
+        link, for the pods' account (`run_as_user`); the pods mount it by `subPath`. A server that
+        does not mount the NAS itself leaves that to the kubelet."""
         opts, model_dir = self.options, launch.job.model_dir
-        if not opts.nas_pvc or model_dir.is_dir():
+        if not opts.nas_pvc or model_dir.is_dir() or not os.path.isdir(opts.nas_mount_path):
             return
         uid, gid = opts.run_as_user, opts.run_as_group if opts.run_as_group is not None else opts.fs_group
         owner = (uid if uid is not None else -1, gid if gid is not None else -1)
