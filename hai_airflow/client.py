@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
-from hai_airflow.http11 import Http, Reply, TransportError, proxy_for, server_url
+from hai_airflow.http11 import Http, Reply, Stream, TransportError, proxy_for, server_url
 from hai_airflow.spec import (
     ON_BEHALF_OF,
     InstanceView,
@@ -57,13 +57,31 @@ class HaiError(Exception):
 
 
 class HaiUnreachable(HaiError):
-    """No server answered at the URL."""
+    """No hai server answered at the URL."""
 
     def __init__(self, url: str, detail: str = ""):
         super().__init__(
             0,
             f"cannot reach the hai server at {url}" + (f" ({detail})" if detail else ""),
             fix="Start one with `hai serve`, or point --server / HAI_SERVER / HAI_REGION at a running one",
+        )
+        self.url = url
+
+
+class HaiConnectionLost(HaiUnreachable):
+    """The server answered, then the connection broke before the answer ended: it stopped or restarted."""
+
+
+class NotAHaiServer(HaiUnreachable):
+    """Something answered at the URL, but not as hai answers: another web server, or a page in its place.
+    `status` is that answer's HTTP status."""
+
+    def __init__(self, url: str, status: int, answer: str):
+        HaiError.__init__(
+            self,
+            status,
+            f"{url} is not a hai server ({answer}, not an answer hai gives)",
+            fix="Check --server / HAI_SERVER / HAI_REGION: point it at the URL `hai serve` listens on",
         )
         self.url = url
 
@@ -150,16 +168,36 @@ _NODES = TypeAdapter(list[NodeView])
 _PACKAGES = TypeAdapter(list[ResourcePackageView])
 
 
-def _raise_for(resp: httpx.Response | Reply) -> None:
-    if resp.status_code < 400:
+JSON = "application/json"
+TEXT = "text/plain"
+"""What hai answers with: JSON, and plain text for a log."""
+
+
+def _media_type(resp: httpx.Response | Reply | Stream) -> str:
+    raw = resp.headers.get("content-type", "") if isinstance(resp, httpx.Response) else resp.content_type
+    return raw.partition(";")[0].strip().lower()
+
+
+def _succeeded(resp: httpx.Response | Reply | Stream, expect: str) -> bool:
+    """A success carrying what hai answers this request with."""
+    return 200 <= resp.status_code < 300 and _media_type(resp) == expect
+
+
+def _raise_for(resp: httpx.Response | Reply, server: str, request: str, expect: str = JSON) -> None:
+    """Nothing for a success of the `expect`ed type; `HaiError` for a refusal in hai's JSON
+    (`{"error", "field", "fix"}`); `NotAHaiServer` for any other answer (another server's HTML page,
+    a login form, a redirect, someone else's JSON), which is never shown, so it cannot fill a screen."""
+    if _succeeded(resp, expect):
         return
-    try:
-        body = resp.json()
-    except ValueError:
-        body = {"error": resp.text or resp.reason_phrase}
-    if isinstance(body, dict) and "error" in body:
-        raise HaiError(resp.status_code, str(body["error"]), body.get("field"), body.get("fix"))
-    raise HaiError(resp.status_code, f"HTTP {resp.status_code}: {body}")
+    status, media = resp.status_code, _media_type(resp)
+    if status >= 400 and media == JSON:
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("error"), str):
+            raise HaiError(status, body["error"], body.get("field"), body.get("fix"))
+    raise NotAHaiServer(server, status, f"{request} got HTTP {status} {media or 'with no content type'}")
 
 
 def _submit_body(spec: JobSpec, client_key: str | None) -> dict[str, Any]:
@@ -217,12 +255,12 @@ class HaiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kw: Any) -> Reply:
+    def _request(self, method: str, path: str, expect: str = JSON, **kw: Any) -> Reply:
         try:
             resp = self._http.request(method, path, **kw)
         except TransportError as e:
             raise HaiUnreachable(self.connection.server, e.kind) from None
-        _raise_for(resp)
+        _raise_for(resp, self.connection.server, f"{method} {path}", expect)
         return resp
 
     def health(self) -> dict[str, Any]:
@@ -279,18 +317,24 @@ class HaiClient:
         return JobView.model_validate(resp.json())
 
     def log(self, instance_id: int, tail: int = 0) -> str:
-        return self._request("GET", f"{API}/instances/{instance_id}/log", params={"tail": tail}).text
+        url = f"{API}/instances/{instance_id}/log"
+        return self._request("GET", url, expect=TEXT, params={"tail": tail}).text
 
     def follow_log(self, instance_id: int, tail: int = 0) -> Iterator[str]:
+        """The log as it grows, until the instance ends; `HaiConnectionLost` if the server answered and
+        then went away, `HaiUnreachable` if it never answered."""
         params = {"tail": tail, "follow": True}
         url = f"{API}/instances/{instance_id}/log"
+        answered = False
         try:
             with self._http.stream("GET", url, params=params) as resp:
-                if resp.status_code >= 400:
-                    _raise_for(resp.read())
+                answered = True
+                if not _succeeded(resp, TEXT):
+                    _raise_for(resp.read(), self.connection.server, f"GET {url}", TEXT)
                 yield from resp.iter_text()
         except TransportError as e:
-            raise HaiUnreachable(self.connection.server, e.kind) from None
+            lost = HaiConnectionLost if answered else HaiUnreachable
+            raise lost(self.connection.server, e.kind) from None
 
     def cancel(self, job_id: int) -> JobView:
         return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/cancel").json())
@@ -357,12 +401,12 @@ class AsyncHaiClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+    async def _request(self, method: str, path: str, expect: str = JSON, **kw: Any) -> httpx.Response:
         try:
             resp = await self._http.request(method, path, **kw)
         except httpx.TransportError as e:
             raise HaiUnreachable(self.connection.server, type(e).__name__) from None
-        _raise_for(resp)
+        _raise_for(resp, self.connection.server, f"{method} {path}", expect)
         return resp
 
     async def health(self) -> dict[str, Any]:
@@ -410,7 +454,8 @@ class AsyncHaiClient:
         return JobView.model_validate(resp.json())
 
     async def log(self, instance_id: int, tail: int = 0) -> str:
-        return (await self._request("GET", f"{API}/instances/{instance_id}/log", params={"tail": tail})).text
+        url = f"{API}/instances/{instance_id}/log"
+        return (await self._request("GET", url, expect=TEXT, params={"tail": tail})).text
 
     async def follow_log(self, instance_id: int, tail: int = 0) -> AsyncIterator[str]:
         params = {"tail": tail, "follow": True}
@@ -418,9 +463,9 @@ class AsyncHaiClient:
             async with self._http.stream(
                 "GET", f"{API}/instances/{instance_id}/log", params=params, timeout=None
             ) as resp:
-                if resp.status_code >= 400:
+                if not _succeeded(resp, TEXT):
                     await resp.aread()
-                    _raise_for(resp)
+                    _raise_for(resp, self.connection.server, f"GET {API}/instances/{instance_id}/log", TEXT)
                 async for chunk in resp.aiter_text():
                     yield chunk
         except httpx.TransportError as e:

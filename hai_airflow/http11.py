@@ -43,6 +43,7 @@ class Reply:
     status_code: int
     reason_phrase: str
     content: bytes
+    content_type: str = ""
 
     @property
     def text(self) -> str:
@@ -58,10 +59,11 @@ class Stream:
     def __init__(self, response: http.client.HTTPResponse):
         self._response = response
         self.status_code = response.status
+        self.content_type = response.getheader("Content-Type", "")
 
     def read(self) -> Reply:
         """The rest of the response, read whole."""
-        return Reply(self.status_code, self._response.reason, self._response.read())
+        return Reply(self.status_code, self._response.reason, self._response.read(), self.content_type)
 
     def iter_text(self) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -13,7 +13,7 @@ import pydantic
 import typer
 
 from hai_airflow.cli.output import fail
-from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError
+from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError, HaiUnreachable
 
 PRECEDENCE = (
     "Each of --server, --token and --region is taken from the flag, else its variable (HAI_SERVER, "
@@ -81,7 +81,10 @@ Status 2 is what the client uses for a bad local setting such as an unknown HAI_
 
 
 def exit_code_for(error: HaiError) -> int:
-    """2 when the input was wrong, 1 when the operation was refused or failed."""
+    """2 when the input was wrong, 1 when the operation was refused or failed, or no hai server answered."""
+    if isinstance(error, HaiUnreachable):
+        # The status of another server's answer says nothing about this command's input.
+        return 1
     return 2 if error.status in BAD_INPUT_STATUSES else 1
 
 

@@ -14,10 +14,11 @@ from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import InstanceIdArgument, complete_instance_ids, complete_task_ids
 from hai_airflow.cli.output import fail, stdout_is_terminal, usage_error
-from hai_airflow.client import HaiClient, HaiUnreachable
+from hai_airflow.client import HaiClient, HaiConnectionLost, HaiUnreachable
 
 RECONNECT_FOR_SECONDS = 300.0
-"""How long `--follow` keeps trying to reach a server that went away (e.g. while it restarts)."""
+"""How long `--follow` keeps trying to reach a server that answered and went away (e.g. while it
+restarts); one that never answered is not waited for."""
 
 RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
 """Pauses between reconnect attempts; the last one repeats."""
@@ -114,10 +115,12 @@ def _reconnect_status() -> AbstractContextManager[Any]:
 
 
 def follow_with_reconnect(client: HaiClient, instance_id: int, tail: int) -> None:
-    """Stream the log until the instance ends; if the server goes away, reconnect and go on from
-    where the output stopped, without repeating or losing lines."""
+    """Stream the log until the instance ends; if the server goes away once it has answered, reconnect
+    and go on from where the output stopped, without repeating or losing lines. A server that never
+    answered fails at once: waiting is for one that restarts, not one that was never there."""
     printed = ""
     skip = 0
+    answered = False
     while True:
         try:
             for chunk in client.follow_log(instance_id, tail=tail if not printed else 0):
@@ -126,8 +129,12 @@ def follow_with_reconnect(client: HaiClient, instance_id: int, tail: int) -> Non
                 _write(chunk)
                 printed = (printed + chunk)[-RESUME_MARK:]
             return
+        except HaiConnectionLost:
+            answered = True
         except HaiUnreachable:
-            skip = _reconnect(client, instance_id, printed)
+            if not answered:
+                raise
+        skip = _reconnect(client, instance_id, printed)
 
 
 def _reconnect(client: HaiClient, instance_id: int, printed: str) -> int:
