@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,22 +57,30 @@ class TriggerForm:
 
     def type(self, name: str, text: str) -> None:
         """Replace a text or number field's value with `text` (empty clears it), key by key."""
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.keys import Keys
 
-        field = self._field(name)
-        assert field is not None, f"no field {name}"
-        self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", field)
-        for _try in range(3):
-            field.send_keys(Keys.CONTROL, "a")
-            field.send_keys(Keys.DELETE)
-            # the form re-renders as it validates, and a fast burst of keys can lose one
-            for chunk in (text[i : i + 8] for i in range(0, len(text), 8)):
-                field.send_keys(chunk)
-                time.sleep(0.02)
-            typed = browser.wait_until(lambda: field.get_attribute("value") == text, 2, name, fail=False)
-            if typed:
-                return
-        raise AssertionError(f"{name} shows {field.get_attribute('value')!r} after typing {text!r}")
+        shown = None
+        for _try in range(5):
+            # found again each time: a section that opens or a validation may render the field anew
+            field = self._field(name)
+            assert field is not None, f"no field {name}"
+            try:
+                self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", field)
+                field.send_keys(Keys.CONTROL, "a")
+                field.send_keys(Keys.DELETE)
+                # the form re-renders as it validates, and a fast burst of keys can lose one
+                for chunk in (text[i : i + 8] for i in range(0, len(text), 8)):
+                    field.send_keys(chunk)
+                    time.sleep(0.02)
+                has_it = lambda f=field: f.get_attribute("value") == text  # noqa: E731
+                typed = browser.wait_until(has_it, 3, name, fail=False)
+                if typed:
+                    return
+                shown = field.get_attribute("value")
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{name} shows {shown!r} after typing {text!r}")
 
     def choose(self, name: str, label: str) -> None:
         """Pick the option shown as `label` in a dropdown."""
@@ -87,18 +96,37 @@ class TriggerForm:
         assert label in shown, f"{name} shows {shown!r}, not {label!r}"
 
     def open_section(self, title: str) -> None:
+        """Open the form section `title` and wait until it shows. Its button and content are found
+        again at every look: choosing a mode renders the sections anew, and a click on a button
+        that is being replaced is lost (seen on a loaded CI machine)."""
+        from selenium.common.exceptions import StaleElementReferenceException
         from selenium.webdriver.common.by import By
 
-        (button,) = [
-            b
-            for b in self.driver.find_elements(By.CSS_SELECTOR, "button[data-part=item-trigger]")
-            if b.text.strip() == title
-        ]
-        if button.get_attribute("aria-expanded") != "true":
-            self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
-            button.click()
-        content = self.driver.find_element(By.ID, button.get_attribute("aria-controls"))
-        browser.wait_until(lambda: content.get_attribute("data-state") == "open", what=f"{title} to open")
+        clicked_at = -math.inf
+
+        def opened() -> bool:
+            nonlocal clicked_at
+            try:
+                buttons = [
+                    b
+                    for b in self.driver.find_elements(By.CSS_SELECTOR, "button[data-part=item-trigger]")
+                    if b.text.strip() == title
+                ]
+                buttons = [b for b in buttons if b.is_displayed()]
+                if len(buttons) != 1:
+                    return False
+                button = buttons[0]
+                if button.get_attribute("aria-expanded") == "true":
+                    return True
+                if time.monotonic() - clicked_at > 3:  # a click not answered in 3 s was lost
+                    self.driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", button)
+                    button.click()
+                    clicked_at = time.monotonic()
+                return False
+            except StaleElementReferenceException:
+                return False
+
+        browser.wait_until(opened, timeout=30, what=f"{title} to open")
         time.sleep(0.5)  # the opening animation
 
     def value(self, name: str) -> str | None:
