@@ -132,6 +132,7 @@ def _same_user(peer: tuple[str, int], local_host: str) -> bool:
     listed, and jobs run as their owners' accounts (`run_as`) cannot read each other's store.
     """
     host, port = peer[0], peer[1]
+    found = False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             with open(table) as f:
@@ -141,9 +142,12 @@ def _same_user(peer: tuple[str, int], local_host: str) -> bool:
         for line in lines:
             fields = line.split()
             if len(fields) > 9 and fields[1].endswith(f":{port:04X}") and _hex_ip(fields[1]) == host:
-                # inode 0: no process holds the socket any more (closed, reset), and its uid reads 0
-                return fields[9] != "0" and int(fields[7]) == os.getuid()
-    return not _on_this_machine(host, local_host)
+                found = True
+                # inode 0: no process holds this socket any more (closed, reset, or an earlier
+                # connection from the same port in TIME_WAIT), and its uid reads 0: look on for the live one
+                if fields[9] != "0":
+                    return int(fields[7]) == os.getuid()
+    return not found and not _on_this_machine(host, local_host)
 
 
 def _on_this_machine(host: str, local_host: str) -> bool:
