@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +12,11 @@ from typing import Any
 import pytest
 
 from hai_airflow.backends import procs
-from hai_airflow.backends.base import Backend, Exit, Handle, JobEnvironment, Launch
+from hai_airflow.backends.base import Exit, Handle, JobEnvironment, Launch
 from hai_airflow.backends.local import LocalBackend
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
+from tests.support.exits import ended_within
 
 
 class Cluster:
@@ -85,17 +85,6 @@ class Cluster:
                 if procs.is_alive(w["pid"], w["start_time"]):
                     with contextlib.suppress(ProcessLookupError):
                         os.killpg(w["pgid"], signal.SIGKILL)
-
-
-def ended_within(backend: Backend, instance_id: int, timeout: float) -> Exit:
-    """Poll `backend` until the instance's Exit comes; fail if it takes longer than `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for ended in backend.poll():
-            assert ended.instance_id == instance_id, f"unexpected exit {ended}"
-            return ended
-        time.sleep(0.05)
-    raise AssertionError(f"instance {instance_id} did not end within {timeout} s")
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.exits import ended_within
 from tests.support.live_server import TEST_CONFIG, LiveServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,15 +229,7 @@ class DockerJobs:
         return (backend or self.backend).start(self.launch(cmd, **kw))
 
     def wait(self, instance_id: int, timeout: float = 30, backend: Any = None) -> Any:
-        """Poll until the instance's Exit comes; fail if it takes longer than `timeout` seconds."""
-        backend = backend or self.backend
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for ended in backend.poll():
-                assert ended.instance_id == instance_id, f"unexpected exit {ended}"
-                return ended
-            time.sleep(0.1)
-        raise AssertionError(f"instance {instance_id} did not end within {timeout} s")
+        return ended_within(backend or self.backend, instance_id, timeout)
 
     def containers(self, instance_id: int | None = None) -> list[Any]:
         labels = [f"hai.owner={self.owner}"]
