@@ -9,9 +9,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
-from hai_airflow.backends.confine import PathRefused, launch_mounts
+from hai_airflow.backends.confine import PathRefused
 from hai_airflow.backends.jobuser import JobUser, RunAs, server_user
 from hai_airflow.backends.launches import image_of
+from hai_airflow.backends.mounts import launch_mounts
 from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,

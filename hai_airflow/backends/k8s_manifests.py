@@ -10,8 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hai_airflow.backends.base import Launch, StartError
-from hai_airflow.backends.confine import PathRefused, confine, job_paths, launch_rules
+from hai_airflow.backends.confine import PathRefused, confine
 from hai_airflow.backends.launches import image_of
+from hai_airflow.backends.mounts import job_paths, launch_rules
 from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,

@@ -20,9 +20,9 @@ from hai_airflow.backends.confine import (
     PathRules,
     allowed_roots,
     confine,
-    launch_mounts,
     storage_problem,
 )
+from hai_airflow.backends.mounts import launch_mounts
 from hai_airflow.server.config import ConfigError, parse_config
 from hai_airflow.server.paths import local_code_path, watch_root
 from hai_airflow.spec import CpuJobSpec
