@@ -26,7 +26,7 @@ from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import merge_lines
 from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT, clone_argv
 from hai_airflow.backends.jobuser import SYSTEM_PATH, JobUser, job_account
-from hai_airflow.backends.launches import exit_words, handle_data, read_handles
+from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, read_handles
 from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.safefs import trusted_root, write_below
@@ -404,37 +404,29 @@ class DockerBackend(ServedLogs):
         running = [n for n in present if states[n] in ("running", "restarting", "paused")]
         if running:
             if inst.culprit is None and not inst.stopping:
-                failed = [n for n in present if states[n] == "exited" and self._exit_code(n) != 0]
+                failed = [n for n in present if states[n] == "exited" and self._worker_end(n).code != 0]
                 if failed:
                     # One failed worker dooms a gang: the others would wait for it in a collective.
                     inst.culprit = inst.containers.index(failed[0])
                     for name in running:
                         self._quietly(name, "kill", 0)
             return None
-        return self._finish(inst, states)
+        return self._finish(inst)
 
-    def _exit_code(self, name: str) -> int | None:
-        try:
-            state = self.client.api.inspect_container(name)["State"]
-        except NotFound:
-            return None
-        return int(state.get("ExitCode", 0))
-
-    def _finish(self, inst: _Instance, states: Mapping[str, str]) -> Exit:
-        codes: list[int | None] = []
-        oom = False
-        for name in inst.containers:
-            try:
-                state = self.client.api.inspect_container(name)["State"]
-            except NotFound:
-                codes.append(None)
-                continue
-            codes.append(int(state.get("ExitCode", 0)))
-            oom = oom or bool(state.get("OOMKilled"))
+    def _finish(self, inst: _Instance) -> Exit:
+        ends = [self._worker_end(name) for name in inst.containers]
         self._keep_log(inst)
         self._remove(inst.containers, inst.network)
         self._forget(inst)
-        return Exit(inst.instance_id, *_outcome(codes, oom, inst.stopping, inst.culprit))
+        return gang_exit(inst.instance_id, ends, inst.culprit, inst.stopping)
+
+    def _worker_end(self, name: str) -> WorkerEnd:
+        """How one container ended, as the engine tells it."""
+        try:
+            state = self.client.api.inspect_container(name)["State"]
+        except NotFound:
+            return WorkerEnd(None, missing="its container disappeared before its exit code was read")
+        return WorkerEnd.of_container(int(state.get("ExitCode", 0)), oom=bool(state.get("OOMKilled")))
 
     def _keep_log(self, inst: _Instance) -> None:
         """Write the merged container logs to the instance's log as they are read, before removal."""
@@ -596,23 +588,6 @@ def _kill_clones_in(work_dir: Path) -> None:
                 "killing git clone %d in %s: the handle of its instance was never saved", pid, work_dir
             )
             procs.signal_group(pid, signal.SIGKILL)
-
-
-def _outcome(
-    codes: list[int | None], oom: bool, stopped: bool, culprit: int | None
-) -> tuple[int | None, str]:
-    """The instance's exit code (the failed worker's, else the first failing one's, else 0) and its words."""
-    if all(c is None for c in codes):
-        return None, "its containers disappeared before their exit code was read"
-    failing = [rank for rank, c in enumerate(codes) if c]
-    rank = culprit if culprit is not None else (failing[0] if failing else 0)
-    code = codes[rank]
-    words = exit_words(code, oom)
-    if stopped and culprit is None:
-        return code, f"stopped by the platform: {words}" if code else words
-    if len(codes) > 1 and code:
-        return code, f"worker {rank} failed: {words}"
-    return code, words
 
 
 def _explain(e: Exception) -> str:

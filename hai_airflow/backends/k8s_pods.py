@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hai_airflow.backends.k8s_manifests import LABEL_INSTANCE, LABEL_WORKER, MAIN, MPI_ROLE_LABEL
-from hai_airflow.backends.launches import exit_words
+from hai_airflow.backends.launches import NO_CODE, WorkerEnd, exit_words
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 BROKEN_AT_START = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"})
@@ -85,13 +85,17 @@ def pod_state(pod: Any) -> PodState:
     )
 
 
+def worker_end(state: PodState | None) -> WorkerEnd:
+    """How a pod ended, in the terms of the gang rule; None: it was never seen."""
+    if state is None:
+        return WorkerEnd(None)
+    missing = f"{state.reason}: {state.message}".rstrip(": ") if state.reason else NO_CODE
+    return WorkerEnd.of_container(state.exit_code, oom=state.reason == "OOMKilled", missing=missing)
+
+
 def describe(state: PodState | None) -> str:
     """The words for how a pod ended."""
-    if state is None or state.exit_code is None:
-        if state is not None and state.reason:
-            return f"{state.reason}: {state.message}".rstrip(": ")
-        return "no exit code"
-    return exit_words(state.exit_code, oom=state.reason == "OOMKilled")
+    return exit_words(worker_end(state))
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,9 @@ from hai_airflow.backends.k8s_pods import (
     dropped_fields,
     mpijob_end,
     pod_state,
+    worker_end,
 )
-from hai_airflow.backends.launches import handle_data, read_handles
+from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, read_handles
 from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
 from hai_airflow.backends.safefs import trusted_root, write_below
 from hai_airflow.backends.workerenv import per_gpu
@@ -420,9 +421,7 @@ class KubernetesBackend(ServedLogs):
             # Pods we delete ourselves end the instance once none of them runs any more.
             if any(not s.terminal for s in present):
                 return None
-            if inst.culprit is not None:
-                return self._finish(inst, self._outcome(inst))
-            return self._finish(inst, self._stopped_outcome(inst))
+            return self._finish_gang(inst)
         if len(present) < len(states):
             missing = [n for n, s in zip(inst.pods, states, strict=True) if s is None and n in inst.last]
             if missing:
@@ -437,7 +436,7 @@ class KubernetesBackend(ServedLogs):
                     self._delete("pod", s.name, 0)
             return None
         if present and len(present) == len(states) and all(s.terminal for s in present):
-            return self._finish(inst, self._outcome(inst))
+            return self._finish_gang(inst)
         broken = next((s for s in present if s.waiting_reason in BROKEN_AT_START), None)
         if broken is not None:
             return self._finish(inst, (None, f"pod {broken.name} cannot start: {describe(broken)}"))
@@ -463,7 +462,7 @@ class KubernetesBackend(ServedLogs):
         if launcher is None:
             launcher = next((s for s in inst.last.values() if s.role == "launcher"), None)
             if inst.stopping and not pods:
-                return self._finish(inst, self._stopped_outcome(inst))
+                return self._finish_gang(inst)
         if ended is not None and not inst.stopping:
             # The operator's word decides; the launcher's exit code, when seen, says more of a failure.
             code = launcher.exit_code if launcher is not None and launcher.terminal else None
@@ -493,26 +492,13 @@ class KubernetesBackend(ServedLogs):
             return self._finish(inst, (None, f"the image cannot be pulled: {describe(waiting)}"))
         return self._finish(inst, (None, reason), lost=True)
 
-    def _outcome(self, inst: _Instance) -> tuple[int | None, str]:
-        """The failed worker's code (the culprit's, else the first failing rank's), else 0."""
-        states = [inst.last.get(n) for n in inst.pods]
-        culprit = inst.culprit or next(
-            (n for n, s in zip(inst.pods, states, strict=True) if s is not None and s.exit_code != 0), None
-        )
-        if culprit is None:
-            return 0, "completed"
-        state = inst.last.get(culprit)
-        words = describe(state)
-        code = state.exit_code if state is not None else None
-        if len(inst.pods) > 1:
-            return code, f"worker {inst.pods.index(culprit)} failed: {words}"
-        return code, words
-
-    def _stopped_outcome(self, inst: _Instance) -> tuple[int | None, str]:
-        codes = [s.exit_code for s in inst.last.values() if s.exit_code is not None]
-        code = next((c for c in codes if c), codes[0] if codes else None)
-        words = f"exit code {code}" if code is not None else "deleted"
-        return code, f"stopped by the platform ({words})"
+    def _finish_gang(self, inst: _Instance) -> Exit:
+        """End the instance as the gang rule says, from the last state seen of each of its pods."""
+        names = inst.pods or sorted(inst.last)
+        ends = [worker_end(inst.last.get(name)) for name in names] or [WorkerEnd(None, missing="deleted")]
+        first = inst.pods.index(inst.culprit) if inst.culprit in inst.pods else None
+        ended = gang_exit(inst.instance_id, ends, first, inst.stopping)
+        return self._finish(inst, (ended.exit_code, ended.reason), lost=ended.lost)
 
     def _finish(self, inst: _Instance, outcome: tuple[int | None, str], lost: bool = False) -> Exit:
         names = self._pod_names(inst)

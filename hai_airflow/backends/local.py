@@ -34,7 +34,7 @@ from hai_airflow.backends.jobuser import (
     open_job_log,
     server_user,
 )
-from hai_airflow.backends.launches import handle_data, image_of, read_handles
+from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, image_of, read_handles
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.spawner import SPAWNER, Spawner
 from hai_airflow.backends.supervisor import CODE_DIR_VARIABLE, RUN_AS_VARIABLE, kill_tree
@@ -633,22 +633,13 @@ def _check(w: _Worker, exited: Container[int]) -> None:
 
 
 def _exit_of(inst: _Instance) -> Exit:
-    iid = inst.instance_id
-    if len(inst.workers) == 1:
-        w = inst.workers[0]
-        if w.exit_code is None:
-            reason = f"the job's process (pid {w.pid}) vanished without an exit code"
-            return Exit(iid, None, reason, lost=True)
-        return Exit(iid, w.exit_code, procs.describe_exit(w.exit_code))
-    culprit = inst.culprit
-    if culprit is None:
-        return Exit(iid, 0, "completed")
-    who = f"worker {culprit.rank} on {culprit.node}"
-    if culprit.exit_code is None:
-        return Exit(iid, None, f"{who} vanished without an exit code", lost=True)
-    if inst.failed_unasked:
-        return Exit(iid, culprit.exit_code, f"{who} failed: {procs.describe_exit(culprit.exit_code)}")
-    return Exit(iid, culprit.exit_code, procs.describe_exit(culprit.exit_code))
+    """The instance's end by the gang rule, once every worker has ended."""
+    ends = [
+        WorkerEnd.of_process(w.exit_code, w.node, f"its process (pid {w.pid}) vanished without an exit code")
+        for w in inst.workers
+    ]
+    first = inst.workers.index(inst.culprit) if inst.culprit is not None and inst.failed_unasked else None
+    return gang_exit(inst.instance_id, ends, first, inst.stop_requested)
 
 
 def _supervisors_in(work_dir: Path) -> list[int]:

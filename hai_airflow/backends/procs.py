@@ -77,15 +77,6 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def describe_exit(code: int) -> str:
-    """The words poll() uses for an exit code: negative codes are signals (as subprocess reports them)."""
-    if code == 0:
-        return "completed"
-    if code < 0:
-        return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
 def read_exit_file(path: Path) -> int | None:
     """The exit code the supervisor wrote, or None when there is none (yet) or it is not a plain file.
 

@@ -123,7 +123,7 @@ def test_suspend_kills_a_non_elastic_job_at_once(jobs: DockerJobs) -> None:
     ended = jobs.wait(launch.instance_id)
     assert time.monotonic() - asked < 10
     assert ended.exit_code == 137  # SIGKILL
-    assert ended.reason == "stopped by the platform: killed by signal 9 (exit code 137)"
+    assert ended.reason == "killed by signal 9 (exit code 137)"
     assert not (launch.notice_path).exists()
 
 
