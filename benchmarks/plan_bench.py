@@ -17,6 +17,7 @@ from machine import speed_line  # noqa: E402
 from hai_airflow.scheduling import plan  # noqa: E402
 from hai_airflow.scheduling.model import Job, Node, Quota, Snapshot, WorkerPlacement  # noqa: E402
 from hai_airflow.scheduling.state import ClusterState  # noqa: E402
+from hai_airflow.scheduling.usage import Usage  # noqa: E402
 
 NOW = 1_700_000_000.0
 TYPES = ("V100", "A100", "T4")
@@ -75,23 +76,23 @@ def scenario(nodes: int, queued: int, seed: int = 7) -> Snapshot:
     return Snapshot(cluster_nodes, tuple(jobs), quota)
 
 
-def measure(snapshot: Snapshot, repeats: int) -> tuple[float, Counter[str]]:
+def measure(snapshot: Snapshot, usage: Usage | None = None, *, repeats: int) -> tuple[float, Counter[str]]:
     """Least CPU seconds of one cycle (the figure least disturbed by other processes on a shared
     machine) and the decisions of the last one."""
     cpu = []
-    decisions = plan(snapshot, NOW)  # warm-up: first-call costs are not a cycle's
+    decisions = plan(snapshot, NOW, usage)  # warm-up: first-call costs are not a cycle's
     for _ in range(repeats):
         start_cpu = time.process_time()
-        decisions = plan(snapshot, NOW)
+        decisions = plan(snapshot, NOW, usage)
         cpu.append(time.process_time() - start_cpu)
     return min(cpu), Counter(type(d).__name__ for d in decisions)
 
 
-def kept(snapshot: Snapshot) -> Snapshot:
+def kept(snapshot: Snapshot) -> tuple[Snapshot, Usage]:
     """The same cluster as the controller and the simulator hand it over: from a `ClusterState`, whose
     usage of the running jobs is kept between cycles instead of counted by each one."""
     state = ClusterState.load(snapshot.nodes, snapshot.jobs, snapshot.reservations, snapshot.quota)
-    return state.snapshot()
+    return state.snapshot(), state.usage
 
 
 SIZES = [(100, 100), (100, 1_000), (100, 10_000), (1_000, 100), (1_000, 1_000), (1_000, 10_000)]
@@ -113,8 +114,8 @@ def main() -> None:
     for nodes, queued in SIZES + ([] if args.no_stretch else [STRETCH]):
         snapshot = scenario(nodes, queued)
         running = sum(1 for j in snapshot.jobs if j.state == "RUNNING")
-        stateless, kinds = measure(snapshot, args.repeats)
-        with_state, _ = measure(kept(snapshot), args.repeats)
+        stateless, kinds = measure(snapshot, repeats=args.repeats)
+        with_state, _ = measure(*kept(snapshot), repeats=args.repeats)
         summary = " ".join(f"{k}={v}" for k, v in sorted(kinds.items()))
         figures = f"{stateless * 1000:>10.1f} {with_state * 1000:>11.1f}"
         print(f"{nodes:>6} {queued:>7} {running:>8} {figures}  {summary}", flush=True)

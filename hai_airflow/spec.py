@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -33,28 +34,40 @@ HighMaxScheduleHours = Literal[4, 6, 8, 24, 48]
 Mode = Literal["cpu", "standalone", "distributed"]
 CodeSource = Literal["nas", "git"]
 Role = Literal["user", "group_admin", "platform_admin"]
-JobState = Literal[
-    "PENDING", "STARTING", "RUNNING", "SUSPENDING", "SUSPENDED", "SUCCEEDED", "FAILED", "CANCELLED"
-]
-TERMINAL_STATES: frozenset[str] = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
-MOVES: dict[tuple[str, str], str] = {
-    ("PENDING", "STARTING"): "the scheduler admits it; a new instance is claimed",
-    ("SUSPENDED", "STARTING"): "the scheduler admits it again; a new instance resumes it",
-    ("PENDING", "FAILED"): "rejected: it cannot run on this cluster",
-    ("SUSPENDED", "FAILED"): "rejected: it can no longer run on this cluster",
-    ("PENDING", "CANCELLED"): "cancelled while waiting",
-    ("SUSPENDED", "CANCELLED"): "cancelled while suspended",
-    ("STARTING", "RUNNING"): "the backend started the instance",
-    ("STARTING", "FAILED"): "the start failed (a missing image, a path that went bad)",
-    ("STARTING", "SUSPENDED"): "the instance was lost before it ran (a server restart)",
-    ("STARTING", "CANCELLED"): "the instance was lost before it ran, and a cancel was asked",
-    ("RUNNING", "SUSPENDING"): "preempted for a high-priority job, or suspended by an admin",
-    ("RUNNING", "SUCCEEDED"): "exit code 0",
-    ("RUNNING", "FAILED"): "any other exit code, or killed by a signal",
-    ("RUNNING", "CANCELLED"): "cancelled while running (the instance is stopped first)",
-    ("RUNNING", "SUSPENDED"): "exit code 75 unasked (saved, resume me), or the instance was lost",
-    ("SUSPENDING", "SUSPENDED"): "the instance ended, whatever its exit code",
-    ("SUSPENDING", "CANCELLED"): "cancelled while being suspended",
+
+
+class JobState(StrEnum):
+    """Where a job stands; `MOVES` lists every legal change. A job is stored PENDING."""
+
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+MOVES: dict[tuple[JobState, JobState], str] = {
+    (JobState.PENDING, JobState.STARTING): "the scheduler admits it; a new instance is claimed",
+    (JobState.SUSPENDED, JobState.STARTING): "the scheduler admits it again; a new instance resumes it",
+    (JobState.PENDING, JobState.FAILED): "rejected: it cannot run on this cluster",
+    (JobState.SUSPENDED, JobState.FAILED): "rejected: it can no longer run on this cluster",
+    (JobState.PENDING, JobState.CANCELLED): "cancelled while waiting",
+    (JobState.SUSPENDED, JobState.CANCELLED): "cancelled while suspended",
+    (JobState.STARTING, JobState.RUNNING): "the backend started the instance",
+    (JobState.STARTING, JobState.FAILED): "the start failed (a missing image, a path that went bad)",
+    (JobState.STARTING, JobState.SUSPENDED): "the instance was lost before it ran (a server restart)",
+    (JobState.STARTING, JobState.CANCELLED): "the instance was lost before it ran, and a cancel was asked",
+    (JobState.RUNNING, JobState.SUSPENDING): "preempted for a high-priority job, or suspended by an admin",
+    (JobState.RUNNING, JobState.SUCCEEDED): "exit code 0",
+    (JobState.RUNNING, JobState.FAILED): "any other exit code, or killed by a signal",
+    (JobState.RUNNING, JobState.CANCELLED): "cancelled while running (the instance is stopped first)",
+    (JobState.RUNNING, JobState.SUSPENDED): "exit code 75 unasked (saved, resume me), or a lost instance",
+    (JobState.SUSPENDING, JobState.SUSPENDED): "the instance ended, whatever its exit code",
+    (JobState.SUSPENDING, JobState.CANCELLED): "cancelled while being suspended",
 }
 """Every legal move of a job's state (from, to) and when it happens; `transitions.move` refuses any
 other. A job is stored PENDING; SUCCEEDED, FAILED and CANCELLED are final."""

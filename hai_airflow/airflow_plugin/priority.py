@@ -11,7 +11,7 @@ from airflow.task.priority_strategy import PriorityWeightStrategy
 
 from hai_airflow.scheduling.model import Job
 from hai_airflow.scheduling.weight import weight
-from hai_airflow.spec import priority_class
+from hai_airflow.spec import JobState, priority_class
 
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
@@ -65,7 +65,7 @@ def hai_weight(max_schedule: int, created_at: float) -> int:
         id=0,
         user="",
         group="",
-        state="PENDING",
+        state=JobState.PENDING,
         max_schedule=max_schedule,
         submitted_at=created_at,
         gpus_per_worker=1,

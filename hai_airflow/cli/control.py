@@ -15,9 +15,9 @@ from hai_airflow.cli.jobspec import MaxScheduleOption
 from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
 from hai_airflow.client import HaiClient
-from hai_airflow.spec import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobView, is_high
+from hai_airflow.spec import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobState, JobView, is_high
 
-SUSPENDED = frozenset({"SUSPENDED"})
+SUSPENDED = frozenset({JobState.SUSPENDED})
 HIGH_CHOICES = "|".join(str(c) for c in MAX_SCHEDULE_CHOICES if c > 0)
 
 

@@ -20,21 +20,21 @@ from rich.table import Table
 from rich.text import Text
 
 from hai_airflow.cli.flags import choice, completes
-from hai_airflow.spec import WorkerPlacementView
+from hai_airflow.spec import JobState, WorkerPlacementView
 
 NONE = "-"
 
 Format = Literal["table", "wide", "json", "yaml", "name"]
 
-STATE_STYLES = {
-    "PENDING": "yellow",
-    "STARTING": "cyan",
-    "RUNNING": "green",
-    "SUSPENDING": "magenta",
-    "SUSPENDED": "magenta",
-    "SUCCEEDED": "bold green",
-    "FAILED": "bold red",
-    "CANCELLED": "dim",
+STATE_STYLES: dict[str, str] = {
+    JobState.PENDING: "yellow",
+    JobState.STARTING: "cyan",
+    JobState.RUNNING: "green",
+    JobState.SUSPENDING: "magenta",
+    JobState.SUSPENDED: "magenta",
+    JobState.SUCCEEDED: "bold green",
+    JobState.FAILED: "bold red",
+    JobState.CANCELLED: "dim",
 }
 """Colours of job states in tables on a terminal (never when piped, never with NO_COLOR)."""
 

@@ -18,7 +18,7 @@ from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, state_option, task_ids
 from hai_airflow.cli.output import OutputFlags, emit, say, stdout_is_terminal, usage_error
 from hai_airflow.client import HaiClient
-from hai_airflow.spec import TERMINAL_STATES, JobView
+from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
 
 TIMED_OUT = 124
 """Exit code when --timeout passes first: the one GNU `timeout` uses, apart from 1 (failed) and 2 (usage)."""
@@ -80,7 +80,10 @@ def await_task(
         if target is not None and job.state == target:
             return Outcome(job, reached=True)
         if job.state in TERMINAL_STATES:
-            reached = job.state == "SUCCEEDED" if target is None else _passed_through(client, job_id, target)
+            if target is None:
+                reached = job.state == JobState.SUCCEEDED
+            else:
+                reached = _passed_through(client, job_id, target)
             return Outcome(job, reached=reached)
         remaining = deadline - time.monotonic()
         if remaining <= 0:

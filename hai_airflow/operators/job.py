@@ -29,6 +29,7 @@ from hai_airflow.spec import (
     TERMINAL_STATES,
     DistributedJobSpec,
     JobSpec,
+    JobState,
     JobView,
     PriorityClass,
     ResourcePackageView,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 OverQuota = Literal["wait", "fail", "downgrade"]
 OVER_QUOTA_CHOICES: tuple[str, ...] = ("wait", "fail", "downgrade")
-RETRYABLE_END_STATES = frozenset({"FAILED", "CANCELLED"})
+RETRYABLE_END_STATES = frozenset({JobState.FAILED, JobState.CANCELLED})
 """A job that ended so is not re-attached to: the Airflow retry submits a new one."""
 
 
@@ -593,7 +594,7 @@ class BaseHaiJobOperator(BaseOperator):
         self._announce_model(event, context)
         return HaiJobResult(
             job_id=event.job_id,
-            state=event.state or "SUCCEEDED",
+            state=event.state or JobState.SUCCEEDED,
             priority=event.priority,
             instances=event.instances,
             preemptions=event.preemptions,

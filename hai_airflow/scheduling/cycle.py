@@ -29,6 +29,7 @@ from hai_airflow.scheduling.policies import Policy
 from hai_airflow.scheduling.quota import count_high, over_quota
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimCandidates, find_victims
+from hai_airflow.spec import JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,10 +97,11 @@ class Cycle:
     """What the cycle learned about each shape it met (one lookup per queued job)."""
 
     @classmethod
-    def start(cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job]) -> Cycle:
+    def start(
+        cls, snapshot: Snapshot, policy: Policy, now: float, waiting: list[Job], usage: Usage | None
+    ) -> Cycle:
         """Free capacity = nodes minus what placed jobs use minus GPUs reserved for `waiting` jobs."""
         placed = [j for j in snapshot.jobs if j.state in PLACED]
-        usage = snapshot.usage
         if usage is None:
             usage = Usage.fresh(Layout.build(snapshot.nodes), placed)
         elif usage.version != snapshot.usage_version:
@@ -261,9 +263,9 @@ class Cycle:
 
     def admit(self, job: Job, placement: Placement, how: str) -> None:
         """Start (or resume) the job on the placement; it counts against quota from now on."""
-        verb = "resumes" if job.state == "SUSPENDED" else "starts"
+        verb = "resumes" if job.state == JobState.SUSPENDED else "starts"
         where = describe_placement(placement)
-        self.decisions.append(Admit(job.id, placement, job.state == "SUSPENDED",
+        self.decisions.append(Admit(job.id, placement, job.state == JobState.SUSPENDED,
                                     f"{verb} on {where}{' ' + how if how else ''}"))
         self.count_quota(job)
 
@@ -344,6 +346,6 @@ def waiting_for(holders: list[Job]) -> str:
     """Wait reason of a preemptor whose GPUs are still being freed."""
     ids = ", ".join(str(h.id) for h in holders)
     plural = "s" if len(holders) > 1 else ""
-    suspending = all(h.state in ("SUSPENDING", "RUNNING") and not h.high for h in holders)
+    suspending = all(h.state in (JobState.SUSPENDING, JobState.RUNNING) and not h.high for h in holders)
     verb = "suspend" if suspending else "release its GPUs" if len(holders) == 1 else "release their GPUs"
     return f"waiting for job{plural} {ids} to {verb}"

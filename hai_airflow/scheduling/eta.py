@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import TypeAdapter, ValidationError
 
 from hai_airflow.scheduling.weight import deadline_at
-from hai_airflow.spec import JobDetailView, JobSpec, QueueEntryView, is_high
+from hai_airflow.spec import JobDetailView, JobSpec, JobState, QueueEntryView, is_high
 
 _SPEC: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 
@@ -34,7 +34,7 @@ def grace_seconds(job: JobDetailView) -> int:
 
 def blocker_free_at(blocker: JobDetailView) -> datetime | None:
     """A job that is being suspended frees its GPUs at the latest when its grace period ends."""
-    if blocker.state != "SUSPENDING":
+    if blocker.state != JobState.SUSPENDING:
         return None
     asked = [e.at for e in blocker.events if e.kind == "suspending"]
     return max(asked) + timedelta(seconds=grace_seconds(blocker)) if asked else None

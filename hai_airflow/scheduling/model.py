@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import NamedTuple
 
-from hai_airflow.spec import PriorityClass, holds_high_priority, priority_class
+from hai_airflow.spec import JobState, PriorityClass, holds_high_priority, priority_class
 
-if TYPE_CHECKING:
-    from hai_airflow.scheduling.usage import Usage
-
-RunState = Literal["PENDING", "SUSPENDED", "STARTING", "RUNNING", "SUSPENDING"]
-WAITING: frozenset[str] = frozenset({"PENDING", "SUSPENDED"})
-PLACED: frozenset[str] = frozenset({"STARTING", "RUNNING", "SUSPENDING"})
+WAITING: frozenset[str] = frozenset({JobState.PENDING, JobState.SUSPENDED})
+PLACED: frozenset[str] = frozenset({JobState.STARTING, JobState.RUNNING, JobState.SUSPENDING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +55,7 @@ class Job:
     id: int
     user: str
     group: str
-    state: RunState
+    state: JobState
     max_schedule: int
     submitted_at: float
     workers: int = 1
@@ -124,11 +120,9 @@ class Snapshot:
     reservations: tuple[Reservation, ...] = ()
     policy: str = "seed"
     """Name of the ordering/victim strategy (see `policies.POLICIES`)."""
-    usage: Usage | None = field(default=None, compare=False)
-    """What the placed jobs use, as kept by the cluster state (`ClusterState.snapshot`); None makes
-    the cycle count it from `jobs`. Read, never written, by the cycle."""
     usage_version: int = field(default=0, compare=False)
-    """`usage.version` when the snapshot was taken: a usage that moved on since is refused."""
+    """The kept usage's version when the snapshot was taken (`ClusterState.snapshot`): `plan` refuses
+    a usage passed beside it that moved on since."""
 
 
 # ---- decisions --------------------------------------------------------------------------------

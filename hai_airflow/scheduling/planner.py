@@ -7,9 +7,10 @@ from itertools import repeat
 from hai_airflow.scheduling.cycle import Cycle
 from hai_airflow.scheduling.model import WAITING, Decision, Snapshot
 from hai_airflow.scheduling.policies import POLICIES
+from hai_airflow.scheduling.usage import Usage
 
 
-def plan(snapshot: Snapshot, now: float) -> list[Decision]:
+def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Decision]:
     """One scheduling cycle. Pure: no I/O, no clock, no randomness; the snapshot is not modified.
 
     1. snapshot -> free-capacity index (placed jobs and live reservations subtracted);
@@ -20,6 +21,9 @@ def plan(snapshot: Snapshot, now: float) -> list[Decision]:
        first high job (any job under fifo) that cannot be placed even with preemption;
     4. return the decisions, in queue order.
 
+    `usage` is what the placed jobs use as the cluster state keeps it (`ClusterState.usage`), taken
+    with the snapshot; without it the cycle counts it from the snapshot's jobs. Read, never written.
+
     Every waiting job gets exactly one of Admit, Wait or Reject; Suspend and Reserve come just
     before the preemptor's Wait. Wait.position counts waiting jobs from 1 in queue order.
     """
@@ -29,7 +33,7 @@ def plan(snapshot: Snapshot, now: float) -> list[Decision]:
     waiting = [j for j in snapshot.jobs if j.state in WAITING]
     if not waiting:
         return []
-    cycle = Cycle.start(snapshot, policy, now, waiting)
+    cycle = Cycle.start(snapshot, policy, now, waiting, usage)
     keys = list(map(policy.queue_key, waiting, repeat(now)))  # each ends with the job id: no ties
     for i in sorted(range(len(waiting)), key=keys.__getitem__):
         cycle.decide(waiting[i])

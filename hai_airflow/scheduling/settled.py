@@ -13,6 +13,7 @@ from hai_airflow.scheduling.model import WAITING, Decision, Job, Wait
 from hai_airflow.scheduling.placement import never_fits, place
 from hai_airflow.scheduling.policies import POLICIES
 from hai_airflow.scheduling.state import ClusterState
+from hai_airflow.spec import JobState
 
 REPLAN_SECONDS = 10.0
 """A settled cluster is planned again at least this often, for what time alone moves: the order of
@@ -78,7 +79,7 @@ def waits_anyway(state: ClusterState, arrivals: Sequence[Job]) -> bool:
     policy = POLICIES[state.policy]
     if policy.guards_any_job:
         return False
-    if any(j.state != "PENDING" or j.high for j in arrivals):
+    if any(j.state != JobState.PENDING or j.high for j in arrivals):
         return False
     usage, jobs = state.usage, state.jobs
     cap = FreeCapacity.build(usage)

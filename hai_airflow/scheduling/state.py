@@ -2,7 +2,7 @@
 
 Nodes, unfinished jobs, reservations and quota, plus what the placed jobs use (`Usage`), which
 each event brings up to date by difference. The server's controller applies the store's changes to
-it; the simulator applies its virtual clock's events to it; both hand `snapshot()` to `plan()`.
+it; the simulator applies its virtual clock's events to it; both hand `snapshot()` and `usage` to `plan()`.
 """
 
 from __future__ import annotations
@@ -116,7 +116,8 @@ class ClusterState:
     # ---- reading ----------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        """What `plan()` sees now; valid until the next event (plan refuses it after that)."""
+        """What `plan()` sees now, with `usage` beside it; valid until the next event (plan refuses it
+        with the usage after that)."""
         if self._reservations is None:
             self._reservations = tuple(r for rs in self.reservations.values() for r in rs)
         return Snapshot(
@@ -125,6 +126,5 @@ class ClusterState:
             quota=self.quota,
             reservations=self._reservations,
             policy=self.policy,
-            usage=self.usage,
             usage_version=self.usage.version,
         )

@@ -9,6 +9,7 @@ from hai_airflow.scheduling.capacity import ANY, EPS, FreeCapacity, NodeFree, wo
 from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.model import Job, Shape
 from hai_airflow.scheduling.policies import Policy
+from hai_airflow.spec import JobState
 
 MAX_SET_CANDIDATES = 64
 """Bound on a victim-set search: at most this many compatible jobs are considered together."""
@@ -92,7 +93,7 @@ class VictimCandidates:
 
 def is_candidate(job: Job) -> bool:
     """Only RUNNING low-priority jobs may be suspended (high never preempts high)."""
-    return job.state == "RUNNING" and not job.high
+    return job.state == JobState.RUNNING and not job.high
 
 
 def releases_of(job: Job, cap: FreeCapacity) -> list[NodeRelease]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hai_airflow.scheduling.model import Job
+from hai_airflow.spec import JobState
 
 HIGH_BASE = 1e9
 """Added to every high-priority score so any high job outranks any low one (fits Airflow's int32)."""
@@ -43,7 +44,7 @@ def deadline(job: Job) -> float:
 
 def lost_seconds(job: Job, now: float) -> float:
     """Time lost to suspension: past suspensions plus the ongoing one of a SUSPENDED job."""
-    if job.state != "SUSPENDED" or job.suspended_at is None or job.suspended_at >= now:
+    if job.state != JobState.SUSPENDED or job.suspended_at is None or job.suspended_at >= now:
         return job.suspended_seconds  # the common case, once per queued job per plan: no max()
     return job.suspended_seconds + (now - job.suspended_at)
 

@@ -41,7 +41,7 @@ class HaiJobSensor(BaseSensorOperator):
         self,
         *,
         job_id: int | str,
-        target_states: Iterable[JobState] = ("SUCCEEDED",),
+        target_states: Iterable[JobState] = (JobState.SUCCEEDED,),
         hai_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool | None = None,
         poll_timeout: float = 30.0,

@@ -59,7 +59,9 @@ class Kept:
         self.requests.discard(job_id)
 
     def view(self) -> StoreView:
-        return StoreView(snapshot=self.state.snapshot(), jobs=self.jobs, current=self.current)
+        return StoreView(
+            snapshot=self.state.snapshot(), usage=self.state.usage, jobs=self.jobs, current=self.current
+        )
 
 
 def read_all(session: Session, policy: str) -> Kept:

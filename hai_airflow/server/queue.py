@@ -57,7 +57,7 @@ def queue_entries(
     """Waiting jobs in the order a fresh plan would serve them; admin-held ones last."""
     now = time.time() if now is None else now
     view = read_all(session, policy).view()
-    decisions = plan(view.snapshot, now)
+    decisions = plan(view.snapshot, now, view.usage)
     waiting = [r for r in view.jobs.values() if r.state in WAITING]
     preempted_by = _last_preemptor(session, [r.id for r in waiting])
     entries: list[QueueEntryView] = []

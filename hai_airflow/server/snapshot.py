@@ -20,9 +20,10 @@ from hai_airflow.scheduling.model import (
     Snapshot,
     WorkerPlacement,
 )
+from hai_airflow.scheduling.usage import Usage
 from hai_airflow.server import by_id
 from hai_airflow.server.tables import GroupRow, InstanceRow, JobRow, NodeRow, ReservationRow, UserRow
-from hai_airflow.spec import TERMINAL_STATES
+from hai_airflow.spec import TERMINAL_STATES, JobState
 
 
 def placement_from_json(text: str | None) -> Placement:
@@ -47,6 +48,8 @@ class StoreView:
     """One consistent read of what the planner and the API views need."""
 
     snapshot: Snapshot
+    usage: Usage
+    """What the placed jobs use, kept beside the snapshot and handed with it to `plan`."""
     jobs: dict[int, JobRow]
     """Every unfinished job by id, including admin-held ones the planner does not see."""
     current: dict[int, InstanceRow]
@@ -61,12 +64,12 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
     """
     state = row.state
     if state in PLACED and current is not None and current.stop_kind is not None:
-        state = "SUSPENDING"
+        state = JobState.SUSPENDING
     return Job(
         id=row.id,
         user=row.user_name,
         group=row.group_name,
-        state=state,  # type: ignore[arg-type]
+        state=state,
         max_schedule=row.max_schedule,
         submitted_at=row.submitted_at,
         workers=row.workers,

@@ -15,7 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from hai_airflow.scheduling.model import Quota
+from hai_airflow.scheduling.model import WAITING, Quota
 from hai_airflow.scheduling.quota import QuotaVerdict, judge
 from hai_airflow.server import changes
 from hai_airflow.server.auth import Caller
@@ -30,6 +30,7 @@ from hai_airflow.spec import (
     TERMINAL_STATES,
     CpuJobSpec,
     DistributedJobSpec,
+    JobState,
     JobView,
     ResourcePackage,
     StandaloneJobSpec,
@@ -129,7 +130,7 @@ def check_references(
 
 def _counted() -> ColumnElement[bool]:
     """Jobs that use high-priority quota: unfinished, high priority, and not a waiting job being cancelled."""
-    waiting_cancelled = JobRow.cancel_requested.is_(True) & JobRow.state.in_(("PENDING", "SUSPENDED"))
+    waiting_cancelled = JobRow.cancel_requested.is_(True) & JobRow.state.in_(WAITING)
     high = JobRow.max_schedule > 0  # spec.is_high, in SQL
     return JobRow.state.not_in(TERMINAL_STATES) & high & ~waiting_cancelled
 
@@ -224,7 +225,7 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
         mode=spec.mode,
         user_name=caller.name,
         group_name=caller.group,
-        state="PENDING",
+        state=JobState.PENDING,
         max_schedule=spec.max_schedule,
         spec=json.dumps(spec.model_dump(mode="json")),
         client_key=submit.request.client_key,
@@ -252,7 +253,7 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
         "at": now,
         "kind": "submitted",
         "from_state": None,
-        "to_state": "PENDING",
+        "to_state": JobState.PENDING,
         "reason": f"{spec.mode} job, {what}, {priority_class(spec.max_schedule)} priority{by}",
         "actor": caller.name,
     }

@@ -2,8 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+from hai_airflow.spec import JobState
+
+_STATES: dict[str, JobState] = {s.value: s for s in JobState}
+
+
+class StateColumn(TypeDecorator[JobState]):
+    """A `JobState` stored as its name in a plain VARCHAR (no database enum type to migrate); a value
+    that is not a state is refused on the way in and on the way out."""
+
+    impl = String(20)
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else _state(value).value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> JobState | None:
+        return None if value is None else _state(value)
+
+
+def _state(value: str) -> JobState:
+    state = _STATES.get(value)
+    if state is None:
+        raise ValueError(f"{value!r} is not a job state; one of {', '.join(_STATES)}")
+    return state
 
 
 class Base(DeclarativeBase):
@@ -62,7 +91,7 @@ class JobRow(Base):
     mode: Mapped[str] = mapped_column(String(20))
     user_name: Mapped[str] = mapped_column(String(200))
     group_name: Mapped[str] = mapped_column(String(200))
-    state: Mapped[str] = mapped_column(String(20))
+    state: Mapped[JobState] = mapped_column(StateColumn)
     max_schedule: Mapped[int] = mapped_column(Integer, default=0)
     spec: Mapped[str] = mapped_column(Text)
     """The submitted spec as JSON."""
@@ -138,8 +167,8 @@ class EventRow(Base):
     job_id: Mapped[int] = mapped_column(Integer, ForeignKey("jobs.id"))
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(40))
-    from_state: Mapped[str | None] = mapped_column(String(20))
-    to_state: Mapped[str | None] = mapped_column(String(20))
+    from_state: Mapped[JobState | None] = mapped_column(StateColumn)
+    to_state: Mapped[JobState | None] = mapped_column(StateColumn)
     reason: Mapped[str] = mapped_column(Text, default="")
     actor: Mapped[str] = mapped_column(String(250), default="controller")
 

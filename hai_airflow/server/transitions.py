@@ -15,7 +15,7 @@ from hai_airflow.server import by_id, changes
 from hai_airflow.server.checkpoints import Checkpoint
 from hai_airflow.server.snapshot import WAITING, placement_to_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
-from hai_airflow.spec import MOVES, TERMINAL_STATES
+from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 
 CONTROLLER = "controller"
@@ -26,7 +26,7 @@ class IllegalMove(RuntimeError):
 
 
 def move(
-    s: Session, job: JobRow, to_state: str, kind: str, reason: str, now: float, actor: str = CONTROLLER
+    s: Session, job: JobRow, to_state: JobState, kind: str, reason: str, now: float, actor: str = CONTROLLER
 ) -> None:
     """Change the job's state and record why, in one go; IllegalMove for a move `MOVES` does not
     list. A job that leaves the queue for good drops its reservation: only waiting jobs hold one
@@ -35,17 +35,7 @@ def move(
     if (job.state, to_state) not in MOVES:
         raise IllegalMove(f"job {job.id}: {job.state} -> {to_state} ({kind}) is not a legal move")
     leaves_queue = job.state in WAITING
-    s.add(
-        EventRow(
-            job_id=job.id,
-            at=now,
-            kind=kind,
-            from_state=job.state,
-            to_state=to_state,
-            reason=reason,
-            actor=actor,
-        )
-    )
+    event(s, job, kind, reason, now, to_state, actor)
     job.state = to_state
     job.reason = reason
     if to_state in TERMINAL_STATES:
@@ -53,6 +43,29 @@ def move(
         job.current_instance_id = None
         if leaves_queue:
             clear_reservations(s, [job.id])
+
+
+def event(
+    s: Session,
+    job: JobRow,
+    kind: str,
+    reason: str,
+    now: float,
+    to_state: JobState | None = None,
+    actor: str = CONTROLLER,
+) -> None:
+    """Record what happened to the job and why; without `to_state`, the job stays where it is."""
+    s.add(
+        EventRow(
+            job_id=job.id,
+            at=now,
+            kind=kind,
+            from_state=job.state,
+            to_state=job.state if to_state is None else to_state,
+            reason=reason,
+            actor=actor,
+        )
+    )
 
 
 def clear_reservations(s: Session, job_ids: Iterable[int]) -> None:
@@ -102,12 +115,12 @@ def begin_instances(s: Session, starts: list[Start], now: float, controller: str
     clear_reservations(s, [start.job.id for start in starts])
     for start, inst in zip(starts, instances, strict=True):
         job = start.job
-        if job.state == "SUSPENDED" and job.suspended_at is not None:
+        if job.state == JobState.SUSPENDED and job.suspended_at is not None:
             job.suspended_seconds += max(0.0, now - job.suspended_at)
         job.suspended_at = None
         job.current_instance_id = inst.id
         job.instance_count += 1
-        move(s, job, "STARTING", "admitted", f"instance {inst.id}: {start.reason}", now)
+        move(s, job, JobState.STARTING, "admitted", f"instance {inst.id}: {start.reason}", now)
     return instances
 
 
@@ -122,7 +135,7 @@ def started(s: Session, job: JobRow, inst: InstanceRow, handle: Handle, now: flo
         if inst.resume and inst.checkpoint
         else ("resumed (no checkpoint yet)" if inst.resume else "started")
     )
-    move(s, job, "RUNNING", "started", f"instance {inst.id} {how}", now)
+    move(s, job, JobState.RUNNING, "started", f"instance {inst.id} {how}", now)
 
 
 def _first_pid(data: dict[str, object]) -> int | None:
@@ -136,7 +149,7 @@ def _first_pid(data: dict[str, object]) -> int | None:
 
 def start_failed(s: Session, job: JobRow, inst: InstanceRow, message: str, now: float) -> None:
     inst.ended_at, inst.end_reason = now, "failed"
-    move(s, job, "FAILED", "start_failed", f"could not start instance {inst.id}: {message}", now)
+    move(s, job, JobState.FAILED, "start_failed", f"could not start instance {inst.id}: {message}", now)
 
 
 def stopping(
@@ -153,25 +166,15 @@ def stopping(
     inst.stop_kind, inst.stop_requested_at, inst.grace_seconds = kind, now, grace
     inst.preempted_by = preemptor
     if kind == "cancel":
-        s.add(
-            EventRow(
-                job_id=job.id,
-                at=now,
-                kind="stopping",
-                from_state=job.state,
-                to_state=job.state,
-                reason=reason,
-                actor=CONTROLLER,
-            )
-        )
+        event(s, job, "stopping", reason, now)
     else:
-        move(s, job, "SUSPENDING", "suspending", reason, now)
+        move(s, job, JobState.SUSPENDING, "suspending", reason, now)
 
 
 @dataclass(frozen=True)
 class Outcome:
     end_reason: str
-    job_state: str
+    job_state: JobState
     kind: str
     reason: str
 
@@ -181,26 +184,27 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
     an exit during the grace period is a clean suspension, not a failure."""
     code = "no exit code" if ex.exit_code is None else f"exit code {ex.exit_code}"
     if job.cancel_requested or inst.stop_kind == "cancel":
-        return Outcome("cancelled", "CANCELLED", "cancelled", f"cancelled by {job.cancel_by or 'an admin'}")
+        by = job.cancel_by or "an admin"
+        return Outcome("cancelled", JobState.CANCELLED, "cancelled", f"cancelled by {by}")
     if inst.stop_kind == "preempt":
         by = f"job {inst.preempted_by}" if inst.preempted_by else "a high-priority job"
         return Outcome(
             "preempted",
-            "SUSPENDED",
+            JobState.SUSPENDED,
             "suspended",
             f"preempted by {by}; resumes from its latest checkpoint when GPUs free up",
         )
     if inst.stop_kind == "hold":
         return Outcome(
             "suspended",
-            "SUSPENDED",
+            JobState.SUSPENDED,
             "suspended",
             f"suspended by admin {job.held_by or ''}".rstrip() + "; resumes after `hai resume`",
         )
     if ex.lost:
         return Outcome(
             "lost",
-            "SUSPENDED",
+            JobState.SUSPENDED,
             "lost",
             f"instance {inst.id} was lost ({ex.reason}); it resumes from its latest checkpoint",
         )
@@ -209,16 +213,16 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
         # progress and wants to go on, so it waits for GPUs like a preempted job instead of failing.
         return Outcome(
             "suspended",
-            "SUSPENDED",
+            JobState.SUSPENDED,
             "suspended",
             f"the job saved and asked to be resumed (exit {EXIT_SAVED_ON_NOTICE})",
         )
     if ex.exit_code == 0:
-        return Outcome("completed", "SUCCEEDED", "succeeded", "completed (exit code 0)")
+        return Outcome("completed", JobState.SUCCEEDED, "succeeded", "completed (exit code 0)")
     reason = f"{code}: {ex.reason}" if ex.reason and ex.reason != code else code
     if hint:
         reason += f". {hint}"
-    return Outcome("failed", "FAILED", "failed", reason)
+    return Outcome("failed", JobState.FAILED, "failed", reason)
 
 
 def instance_ended(
@@ -229,7 +233,7 @@ def instance_ended(
         job.runtime_seconds += max(0.0, now - inst.started_at)
     if job.current_instance_id == inst.id:
         job.current_instance_id = None
-    if outcome.job_state == "SUSPENDED":
+    if outcome.job_state == JobState.SUSPENDED:
         job.suspended_at = now
         if outcome.end_reason == "preempted":
             job.preemptions += 1
@@ -241,7 +245,7 @@ def cancel_waiting(s: Session, job: JobRow, now: float) -> None:
     move(
         s,
         job,
-        "CANCELLED",
+        JobState.CANCELLED,
         "cancelled",
         f"cancelled by {job.cancel_by or 'an admin'} before it ran again",
         now,
@@ -265,19 +269,9 @@ def waiting_reasons(s: Session, reasons: dict[int, str]) -> None:
 
 
 def reject(s: Session, job: JobRow, reason: str, now: float) -> None:
-    move(s, job, "FAILED", "rejected", f"cannot run on this cluster: {reason}", now)
+    move(s, job, JobState.FAILED, "rejected", f"cannot run on this cluster: {reason}", now)
 
 
 def checkpoint_seen(s: Session, job: JobRow, ckpt: Checkpoint, now: float) -> None:
     job.latest_checkpoint, job.latest_checkpoint_at = ckpt.path, ckpt.at
-    s.add(
-        EventRow(
-            job_id=job.id,
-            at=now,
-            kind="checkpoint",
-            from_state=job.state,
-            to_state=job.state,
-            reason=f"latest checkpoint {ckpt.path}",
-            actor=CONTROLLER,
-        )
-    )
+    event(s, job, "checkpoint", f"latest checkpoint {ckpt.path}", now)

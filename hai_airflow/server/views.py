@@ -68,14 +68,14 @@ def other_job_view(row: JobRow) -> OtherJobView:
     """Another user's job: only what the queue needs, field by field, so nothing else can slip in."""
     return OtherJobView(
         id=row.id,
-        mode=row.mode,  # type: ignore[arg-type]
-        state=row.state,  # type: ignore[arg-type]
+        mode=row.mode,
+        state=row.state,
         priority=priority_class(row.max_schedule),
         max_schedule=row.max_schedule,
         gpus=row.workers * row.gpus_per_worker,
         gpu_type=row.gpu_type,
         workers=row.workers,
-        submitted_at=when(row.submitted_at),  # type: ignore[arg-type]
+        submitted_at=when(row.submitted_at),
     )
 
 
@@ -83,10 +83,10 @@ def event_view(e: EventRow) -> EventView:
     return EventView(
         id=e.id,
         job_id=e.job_id,
-        at=when(e.at),  # type: ignore[arg-type]
+        at=when(e.at),
         kind=e.kind,
-        from_state=e.from_state,  # type: ignore[arg-type]
-        to_state=e.to_state,  # type: ignore[arg-type]
+        from_state=e.from_state,
+        to_state=e.to_state,
         reason=e.reason,
         actor=e.actor,
     )
@@ -106,7 +106,7 @@ def instance_view(i: InstanceRow) -> InstanceView:
         ended_at=when(i.ended_at),
         placement=_placement(i.placement),
         exit_code=i.exit_code,
-        end_reason=i.end_reason,  # type: ignore[arg-type]
+        end_reason=i.end_reason,
         preempted_by=i.preempted_by,
         resume=i.resume,
         checkpoint=i.checkpoint,

@@ -18,12 +18,11 @@ from hai_airflow.scheduling.model import (
     Reject,
     Reservation,
     Reserve,
-    RunState,
     Suspend,
 )
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.sim.trace import Trace, TraceJob
-from hai_airflow.spec import is_high
+from hai_airflow.spec import JobState, is_high
 
 DEFAULT_CHECKPOINT_INTERVAL = 1800.0
 SETTLE_LIMIT = 10_000
@@ -72,7 +71,7 @@ class _Live:
 
     out: JobOutcome
     max_schedule: int
-    state: RunState = "PENDING"
+    state: JobState = JobState.PENDING
     work_kept: float = 0.0
     run_started_at: float = 0.0
     placement: Placement = ()
@@ -195,7 +194,7 @@ class Simulator:
         """1. bring checkpoints up to `now`; 2. snapshot; 3. plan (timed); 4. apply the decisions."""
         self._refresh_checkpoints(now)
         began = time.perf_counter()
-        decisions = plan(self._state.snapshot(), now)
+        decisions = plan(self._state.snapshot(), now, self._state.usage)
         self._cycles.append(time.perf_counter() - began)
         if self.observe is not None:
             self.observe(now, decisions)
@@ -226,7 +225,7 @@ class Simulator:
 
     def _finish(self, job_id: int, generation: int, now: float) -> None:
         live = self._live.get(job_id)
-        if live is None or live.generation != generation or live.state != "RUNNING":
+        if live is None or live.generation != generation or live.state != JobState.RUNNING:
             return
         live.out.finished_at = now
         self._finished += 1
@@ -235,10 +234,10 @@ class Simulator:
 
     def _release(self, job_id: int, generation: int, now: float) -> None:
         live = self._live[job_id]
-        if live.generation != generation or live.state != "SUSPENDING":
+        if live.generation != generation or live.state != JobState.SUSPENDING:
             return
         self._free_gpus(live, now)
-        live.state = "SUSPENDED"
+        live.state = JobState.SUSPENDED
         live.suspended_at = now
         self._waiting.add(job_id)
         self._show(live)
@@ -247,7 +246,7 @@ class Simulator:
 
     def _admit(self, decision: Admit, now: float) -> None:
         live = self._known(decision.job_id, decision)
-        if live.state not in ("PENDING", "SUSPENDED"):
+        if live.state not in (JobState.PENDING, JobState.SUSPENDED):
             raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
         self._take_gpus(live.out.job, decision)
         if live.suspended_at is not None:
@@ -255,7 +254,7 @@ class Simulator:
             live.suspended_at = None
         if live.out.first_started_at is None:
             live.out.first_started_at = now
-        live.state = "RUNNING"
+        live.state = JobState.RUNNING
         live.run_started_at = now
         live.placement = decision.placement
         self._waiting.discard(decision.job_id)
@@ -269,7 +268,7 @@ class Simulator:
 
     def _suspend(self, decision: Suspend, now: float) -> None:
         live = self._known(decision.job_id, decision)
-        if live.state != "RUNNING":
+        if live.state != JobState.RUNNING:
             raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not running")
         job = live.out.job
         ran = now - live.run_started_at
@@ -278,7 +277,7 @@ class Simulator:
         live.out.lost_gpu_seconds += (ran - kept) * job.total_gpus
         live.out.suspensions += 1
         live.generation += 1
-        live.state = "SUSPENDING"
+        live.state = JobState.SUSPENDING
         self._push(now + self.suspend_delay, _RELEASE, decision.job_id, live.generation)
         self._show(live)
 
@@ -290,7 +289,7 @@ class Simulator:
 
     def _reject(self, decision: Reject) -> None:
         live = self._known(decision.job_id, decision)
-        if live.state not in ("PENDING", "SUSPENDED"):
+        if live.state not in (JobState.PENDING, JobState.SUSPENDED):
             raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
         live.out.rejected = decision.reason
         self._forget(decision.job_id)
@@ -320,7 +319,7 @@ class Simulator:
         while self._checkpoints and self._checkpoints[0][0] <= now:
             _, job_id, generation, count = heapq.heappop(self._checkpoints)
             live = self._live.get(job_id)
-            if live is None or live.generation != generation or live.state != "RUNNING":
+            if live is None or live.generation != generation or live.state != JobState.RUNNING:
                 continue
             count = max(count, self._checkpoints_in(now - live.run_started_at))
             live.last_checkpoint_at = live.run_started_at + count * interval
@@ -357,7 +356,7 @@ class Simulator:
     def _show(self, live: _Live) -> None:
         """Give the cluster state the job's new (immutable) record after its state changed."""
         job = live.out.job
-        holding = live.state in ("RUNNING", "SUSPENDING")
+        holding = live.state in (JobState.RUNNING, JobState.SUSPENDING)
         self._state.job_changed(Job(
             id=job.id,
             user=job.user,

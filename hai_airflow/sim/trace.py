@@ -179,9 +179,9 @@ def load_nodes(path: Path) -> tuple[Node, ...]:
             cfg = NodeConfig(
                 name=row["name"],
                 gpu_type=row["gpu_type"],
-                gpus=row["gpus"],  # type: ignore[arg-type]  # pydantic parses the text
-                cpus=row["cpus"],  # type: ignore[arg-type]
-                memory_gb=row["memory_gb"],  # type: ignore[arg-type]
+                gpus=row["gpus"],  # pydantic parses the text
+                cpus=row["cpus"],
+                memory_gb=row["memory_gb"],
             )
         except ValidationError as e:
             err = e.errors()[0]

@@ -56,11 +56,11 @@ class HaiJobEvent(BaseModel):
 
 def event_status(state: str, target_states: Iterable[str]) -> JobEventStatus:
     """A final state names its own status; any other requested state is `reached`."""
-    if state == "SUCCEEDED":
+    if state == JobState.SUCCEEDED:
         return "success"
-    if state == "FAILED":
+    if state == JobState.FAILED:
         return "failed"
-    if state == "CANCELLED":
+    if state == JobState.CANCELLED:
         return "cancelled"
     if state in set(target_states):
         return "reached"
@@ -77,7 +77,7 @@ def describe_transition(job: JobView, previous: str | None) -> str:
     text = f"hai job {job.id}: {previous} -> {job.state}" if previous else f"hai job {job.id} is {job.state}"
     if job.reason:
         text += f" ({job.reason})"
-    if job.state in ("SUSPENDING", "SUSPENDED"):
+    if job.state in (JobState.SUSPENDING, JobState.SUSPENDED):
         text += "; the task keeps waiting for it to resume and end"
     return text
 

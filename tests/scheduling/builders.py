@@ -9,10 +9,10 @@ from hai_airflow.scheduling.model import (
     Node,
     Quota,
     Reservation,
-    RunState,
     Snapshot,
     WorkerPlacement,
 )
+from hai_airflow.spec import JobState
 
 T0 = 1_700_000_000.0
 """`now` of every table test; other times are written relative to it."""
@@ -65,7 +65,7 @@ class JobBuilder:
     def submitted(self, at: float) -> JobBuilder:
         return self._set(submitted_at=at)
 
-    def state(self, state: RunState) -> JobBuilder:
+    def state(self, state: JobState) -> JobBuilder:
         return self._set(state=state)
 
     def running_since(self, at: float) -> JobBuilder:

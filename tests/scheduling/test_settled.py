@@ -58,7 +58,7 @@ def test_settled_holds_until_an_event_or_the_replan_interval() -> None:
 
 def test_new_jobs_that_wait_anyway_keep_it_settled_and_any_other_does_not() -> None:
     state = full_cluster()
-    settled = Settled.after(plan(state.snapshot(), T0), state, T0)
+    settled = Settled.after(plan(state.snapshot(), T0, state.usage), state, T0)
     assert settled is not None
     state.job_changed(job(4).gpus(1).build())
     state.job_changed(job(3).gpus(2).build())  # ids need not come in order (commits on PostgreSQL)

@@ -16,7 +16,7 @@ from hai_airflow.server.tables import EventRow, JobRow
 from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState
 from tests.server.test_submission import _row
 
-STATES = typing.get_args(JobState)
+STATES = tuple(JobState)
 
 
 @pytest.fixture(scope="module")
@@ -80,3 +80,16 @@ def test_the_table_is_the_whole_machine() -> None:
                 todo.append(b)
     assert reached == set(STATES)
     assert len(ILLEGAL) + len(MOVES) == len(STATES) ** 2
+
+
+@pytest.mark.parametrize("bogus", ["LOST", "running", ""])
+def test_the_state_column_refuses_what_is_not_a_state(store: Store, bogus: str) -> None:
+    """The ORM column is typed: a string that is not a `JobState` is never written."""
+    job_id = job_in(store, "PENDING")
+    with pytest.raises(Exception, match=f"{bogus!r} is not a job state"), store.write() as s:
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        job.state = bogus  # type: ignore[assignment]
+    with store.read() as s:
+        job = s.get(JobRow, job_id)
+        assert job is not None and job.state is JobState.PENDING

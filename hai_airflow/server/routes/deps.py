@@ -8,15 +8,16 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from hai_airflow.server import transitions
 from hai_airflow.server.auth import Caller, authenticate
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError, not_found
 from hai_airflow.server.submission import Submissions
-from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
+from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.server.views import job_view
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
 
-JOB_STATES: tuple[str, ...] = JobState.__args__  # type: ignore[attr-defined]
+JOB_STATES: tuple[str, ...] = tuple(JobState)
 DB_RECHECK_SECONDS = 1.0
 """How often a long-poll or a followed log looks at the store again (another process may change it)."""
 
@@ -69,17 +70,7 @@ def add_event(s: Session, row: JobRow, kind: str, reason: str, caller: Caller) -
     """Record what the caller asked of the job; a service acting for them is named in the reason."""
     if caller.via is not None:
         reason += f" (via {caller.via})"
-    s.add(
-        EventRow(
-            job_id=row.id,
-            at=time.time(),
-            kind=kind,
-            from_state=row.state,
-            to_state=row.state,
-            reason=reason,
-            actor=caller.name,
-        )
-    )
+    transitions.event(s, row, kind, reason, time.time(), actor=caller.name)
 
 
 def require_group_admin(caller: Caller, row: JobRow, action: str) -> None:
