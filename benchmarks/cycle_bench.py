@@ -211,7 +211,7 @@ def bench(url: str, label: str, args: argparse.Namespace, home: Path) -> None:
         burst(10_000_000 + k * 16)  # and one job ending, as an exit would
         running = next(iter(controller.follower.view().current.values()))
         controller.backend.stop(running.id, 0, False)
-        controller.apply_exits(controller.backend.poll())
+        controller.exits.record(controller.backend.poll())
         busy.append(cycle_ms(controller))
     began = time.perf_counter()
     with store.read() as s:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from hai_airflow.server.store import Store
 from hai_airflow.server.tables import LeaseRow
 
 LEASE_SECONDS = 10.0
+RENEW_SECONDS = 2.0
+"""How often a holder renews the lease when none of its writes did."""
 
 
 class LeaseLost(Exception):
@@ -76,3 +82,40 @@ def current(session: Session, now: float) -> LeaseRow | None:
 
 def release(session: Session, me: str) -> None:
     session.execute(update(LeaseRow).where(LeaseRow.id == 1, LeaseRow.holder == me).values(expires_at=0.0))
+
+
+class Holding:
+    """This server's hold on the lease: taken when free, renewed while held, and renewed again by
+    every write the controller makes (`write`), so a deposed controller cannot write."""
+
+    def __init__(self, store: Store, me: str, seconds: float = LEASE_SECONDS) -> None:
+        self.store = store
+        self.me = me
+        self.seconds = seconds
+        self.last_renew = 0.0
+
+    def acquire(self, now: float) -> bool:
+        with self.store.write() as s:
+            got = try_acquire(s, self.me, now, self.seconds)
+        if got:
+            self.last_renew = now
+        return got
+
+    def renew_if_due(self, now: float) -> None:
+        if now - self.last_renew >= RENEW_SECONDS:
+            with self.store.write() as s:
+                renew(s, self.me, now, self.seconds)
+            self.last_renew = now
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        """A write transaction that first renews the lease (LeaseLost when another server holds it)."""
+        with self.store.write() as s:
+            now = time.time()
+            renew(s, self.me, now, self.seconds)
+            self.last_renew = now
+            yield s
+
+    def release(self) -> None:
+        with self.store.write() as s:
+            release(s, self.me)

@@ -98,6 +98,12 @@ class ServerMetrics:
             "but new jobs that wait anyway.",
             registry=self.registry,
         )
+        self.kept_state_drifts = Counter(
+            "hai_controller_kept_state_drifts",
+            "Full reads of the store (every few minutes) that found the controller's kept cluster state "
+            "differing from it: a write that bypassed the change feed. Alert on any increase.",
+            registry=self.registry,
+        )
         self.request_latency = Histogram(
             "hai_api_request_duration_seconds",
             "Time until the response starts, by route template and method.",

@@ -16,10 +16,11 @@ from sqlalchemy.exc import OperationalError
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import Handle, Launch
 from hai_airflow.backends.local import LocalBackend
-from hai_airflow.server import controller as controller_module
+from hai_airflow.server import exits as exits_module
 from hai_airflow.server import transitions
-from hai_airflow.server.controller import CHECKPOINT_SCAN_SECONDS, Controller
+from hai_airflow.server.controller import Controller
 from hai_airflow.server.lease import LeaseLost
+from hai_airflow.server.scanner import CHECKPOINT_SCAN_SECONDS
 from hai_airflow.server.tables import LeaseRow
 from tests.server.conftest import Api
 from tests.server.scripts import ELASTIC, SAVES_ON_SIGTERM, TRAIN
@@ -301,7 +302,7 @@ def test_a_checkpoint_name_that_is_not_utf8_neither_blocks_others_checkpoints_no
     run.until(lambda: any(n.startswith(b"step-") for n in os.listdir(bytes(model))), what="odd name")
     run.until(lambda: (model.parent.parent / str(good["id"]) / "model" / "good.pt").exists(), what="good")
     assert run.controller is not None
-    run.controller.scan_checkpoints()
+    run.controller.scanner.scan()
     assert run.job(good["id"])["latest_checkpoint"].endswith("good.pt")
     (run.code / "go").touch()
     for job in (odd, good):
@@ -318,14 +319,14 @@ def test_an_exit_whose_write_failed_for_want_of_the_store_is_written_at_the_next
     (inst,) = instances(run, job["id"])
     assert run.controller is not None
     controller = run.controller
-    real_write = controller._write
+    real_write = controller.exits.write
     failures = []
 
     def unreachable() -> Any:  # the store failing as a database does; injected, once
         failures.append(1)
         raise OperationalError("UPDATE leases", {}, Exception("server closed the connection unexpectedly"))
 
-    monkeypatch.setattr(controller, "_write", unreachable)
+    monkeypatch.setattr(controller.exits, "write", unreachable)
     go.touch()
     w = json.loads(_handle(run, inst["id"]))["workers"][0]
     while procs.is_alive(w["pid"], w["start_time"]):
@@ -333,7 +334,7 @@ def test_an_exit_whose_write_failed_for_want_of_the_store_is_written_at_the_next
     with pytest.raises(OperationalError):
         run.step()
     assert failures and run.job(job["id"])["state"] == "RUNNING"
-    monkeypatch.setattr(controller, "_write", real_write)
+    monkeypatch.setattr(controller.exits, "write", real_write)
     run.step()
     done = run.job(job["id"])
     assert (done["state"], instances(run, job["id"])[0]["exit_code"]) == ("FAILED", 4)
@@ -350,14 +351,14 @@ def test_a_slow_checkpoint_scan_waits_longer_for_the_next_so_cycles_are_not_held
         scans.append(time.monotonic())
         time.sleep(0.3)
 
-    monkeypatch.setattr(controller, "scan_checkpoints", slow)
-    controller._last_scan = 0.0
+    monkeypatch.setattr(controller.scanner, "scan", slow)
+    controller.scanner.last_scan = 0.0
     run.step()
     assert len(scans) == 1
-    controller._last_scan -= CHECKPOINT_SCAN_SECONDS  # the usual interval has passed
+    controller.scanner.last_scan -= CHECKPOINT_SCAN_SECONDS  # the usual interval has passed
     run.step()
     assert len(scans) == 1  # 0.3 s of scanning waits 3 s (SCAN_SHARE 0.1), not 2 s
-    controller._last_scan -= 1.5
+    controller.scanner.last_scan -= 1.5
     run.step()
     assert len(scans) == 2
 
@@ -402,10 +403,10 @@ def test_an_exit_whose_write_fails_for_a_fault_of_its_own_is_retried_and_the_wav
     run.step()  # tried again, failing again: still kept
     assert run.job(bad["id"])["state"] == "RUNNING"
     controller = run.controller
-    assert controller is not None and controller._failures == {bad_inst: 2}
+    assert controller is not None and controller.exits.failures == {bad_inst: 2}
     controller.reattach()  # as on taking the lease again: tried with the lost ones, counted on
-    assert [ex.instance_id for ex in controller._unapplied] == [bad_inst]
-    assert controller._failures == {bad_inst: 3}
+    assert [ex.instance_id for ex in controller.exits.unapplied] == [bad_inst]
+    assert controller.exits.failures == {bad_inst: 3}
     logged = [r for r in caplog.records if "without its checkpoint" in r.getMessage()]
     assert len(logged) == 2  # after 0 and 1 failures before, not 2 (then the 10th, the 100th...)
     faulty.clear()
@@ -425,7 +426,7 @@ def test_an_exit_whose_checkpoint_the_store_refuses_is_recorded_without_it(
     assert [run.job(j["id"])["state"] for j in (ok, failed)] == ["SUCCEEDED", "FAILED"]
     assert [run.job(j["id"])["latest_checkpoint"] for j in (ok, failed)] == [None, None]
     assert instances(run, failed["id"])[0]["exit_code"] == 3
-    assert run.controller is not None and run.controller._unapplied == []
+    assert run.controller is not None and run.controller.exits.unapplied == []
 
 
 def test_an_exit_whose_files_cannot_be_read_is_recorded_without_a_hint(
@@ -434,7 +435,7 @@ def test_an_exit_whose_files_cannot_be_read_is_recorded_without_a_hint(
     def unreadable(*_args: Any, **_kwargs: Any) -> str:  # the log's disk failing; injected
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(controller_module.logs, "read_tail", unreadable)
+    monkeypatch.setattr(exits_module.logs, "read_tail", unreadable)
     (ok, failed), _ = _gated_pair(run, (0, 3))
     run.step()
     assert [run.job(j["id"])["state"] for j in (ok, failed)] == ["SUCCEEDED", "FAILED"]
@@ -494,7 +495,7 @@ def test_only_the_lease_holder_acts_and_a_deposed_one_cannot_write(api_factory: 
         s.execute(update(LeaseRow).values(expires_at=0.0))
     second.step()
     assert second.active
-    with pytest.raises(LeaseLost), first._write():
+    with pytest.raises(LeaseLost), first.lease.write():
         pass
     api.submit(cmd="true")
     first.active = True  # a stalled controller that still believes it leads

@@ -11,7 +11,7 @@ import weakref
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import WAITING, Wait
@@ -53,7 +53,7 @@ def check_settled(api: Api) -> bool:
         return False
     with api.ctx.store.read() as s:
         fresh = read_all(s, api.ctx.config.server.policy)
-    decisions = plan(fresh.state.snapshot(), now)
+    decisions = plan(fresh.state.snapshot(), now, fresh.state.usage)
     assert all(isinstance(d, Wait) for d in decisions), decisions
     return True
 
@@ -100,7 +100,7 @@ def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: i
     rng = random.Random(seed)
     controller = api.with_controller()
     api.step()  # takes the lease and reads the store whole
-    resynced = controller._last_resync
+    resynced = controller.keeper.last_resync
     jobs: list[int] = []
     settled = 0
     for _ in range(40):
@@ -112,7 +112,7 @@ def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: i
         except AssertionError as e:
             raise AssertionError(f"after {what}: {e}") from e
     # Every cycle above was planned from the feed, not from a full read.
-    assert controller._last_resync == resynced
+    assert controller.keeper.last_resync == resynced
     assert settled, "no step left the cluster settled: the skip went unchecked"
     with api.ctx.store.read() as s:
         kinds = set(s.scalars(select(ChangeRow.kind)))
@@ -171,9 +171,31 @@ def test_a_full_read_freezes_what_survives_it_and_the_next_gives_it_back(
         api.step()  # from the feed: nothing is given back
         gc.collect()
         assert dead() is not None
-        controller._last_resync = 0.0  # the resync interval is over
+        controller.keeper.last_resync = 0.0  # the resync interval is over
         api.step()
         assert dead() is None, "the next full read left frozen garbage behind"
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
+
+
+def test_a_write_that_bypasses_the_feed_is_found_by_the_resync_and_counted(api: Api) -> None:
+    """The resync is the safety net behind the feed: what it finds is an alarm (a metric), not only a
+    log line, and the kept copy is replaced by the store's."""
+    controller = api.with_controller()
+    job = api.submit("alice", cmd="sleep 30", max_schedule=0)
+    api.step()
+    api.until_state(job["id"], "RUNNING")
+    api.step()  # the start is applied: nothing more changes this job by itself
+    drifts = controller.ctx.metrics.kept_state_drifts
+    before = drifts._value.get()
+    with api.ctx.store.write() as s:  # a write with no change row: what the feed cannot carry
+        s.execute(update(JobRow).where(JobRow.id == job["id"]).values(held=True))
+    api.step()
+    kept = controller.follower.kept
+    assert kept is not None and job["id"] not in kept.requests, "the feed carried it after all"
+    assert drifts._value.get() == before
+    controller.keeper.last_resync = 0.0  # the resync interval is over
+    api.step()
+    assert drifts._value.get() == before + 1
+    assert api.until_state(job["id"], "SUSPENDED")["state"] == "SUSPENDED"  # the hold, now seen

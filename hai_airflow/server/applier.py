@@ -1,0 +1,192 @@
+"""Carrying out what users asked and what the plan decided: cancels and admin holds, suspensions,
+reservations, waiting reasons, rejections, claims and launches, each through `transitions`."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from sqlalchemy.orm import Session
+
+from hai_airflow.backends.base import Backend
+from hai_airflow.scheduling.model import Admit, Decision, Reject, Reserve, Suspend, Wait
+from hai_airflow.server import admission, by_id, lease, transitions
+from hai_airflow.server.admission import parse_spec
+from hai_airflow.server.context import ServerContext
+from hai_airflow.server.follow import Kept
+from hai_airflow.server.snapshot import WAITING, StoreView
+from hai_airflow.server.tables import InstanceRow, JobRow
+from hai_airflow.spec import JobState
+
+log = logging.getLogger("hai.server.controller")
+
+CANCEL_GRACE_SECONDS = 3
+"""How long a cancelled running job has to exit before it is killed."""
+
+
+@dataclass
+class Decided:
+    """A plan's decisions by kind; waits only where their reason changed."""
+
+    suspends: list[Suspend] = field(default_factory=list)
+    reserves: list[Reserve] = field(default_factory=list)
+    admits: list[Admit] = field(default_factory=list)
+    rejects: list[Reject] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)
+
+    @classmethod
+    def sort(cls, decisions: list[Decision], reasons: dict[int, str | None]) -> Decided:
+        d = cls()
+        for x in decisions:
+            if isinstance(x, Wait):
+                if reasons.get(x.job_id) != x.reason:
+                    d.reasons[x.job_id] = x.reason
+            elif isinstance(x, Admit):
+                d.admits.append(x)
+            elif isinstance(x, Suspend):
+                d.suspends.append(x)
+            elif isinstance(x, Reserve):
+                d.reserves.append(x)
+            else:
+                d.rejects.append(x)
+        return d
+
+
+class PlanApplier:
+    def __init__(
+        self, ctx: ServerContext, backend: Backend, write: Callable[[], AbstractContextManager[Session]]
+    ) -> None:
+        self.ctx = ctx
+        self.backend = backend
+        self.write = write
+
+    # ---- requests -----------------------------------------------------------------------------
+
+    def requests(self, kept: Kept) -> bool:
+        """Cancels and admin holds asked since the last cycle; True when one changed a job."""
+        changed = False
+        for job_id in sorted(kept.requests):
+            row, inst = kept.jobs[job_id], kept.current.get(job_id)
+            running = row.state == JobState.RUNNING and inst and inst.handle and inst.stop_kind is None
+            if row.cancel_requested and row.state in WAITING:
+                with self.write() as s:
+                    job = s.get(JobRow, row.id)
+                    if job is not None and job.state in WAITING:
+                        transitions.cancel_waiting(s, job, time.time())
+                changed = True
+            elif row.cancel_requested and running and inst is not None:
+                reason = f"cancel asked by {row.cancel_by}"
+                self._stop(row, inst, "cancel", CANCEL_GRACE_SECONDS, False, reason)
+                changed = True
+            elif not row.cancel_requested and row.held and running and inst is not None:
+                spec = parse_spec(row)
+                reason = f"suspended by admin {row.held_by}"
+                self._stop(row, inst, "hold", spec.effective_grace_seconds, spec.elastic, reason)
+                changed = True
+        if changed:
+            self.ctx.changed.notify()
+        return changed
+
+    def _stop(
+        self,
+        row: JobRow,
+        inst: InstanceRow,
+        kind: str,
+        grace: int,
+        notice: bool,
+        reason: str,
+        preemptor: int | None = None,
+    ) -> None:
+        """Record the stop request, then ask the backend (re-asked after a restart if we die between)."""
+        with self.write() as s:
+            job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
+            if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
+                return
+            transitions.stopping(s, job, fresh, kind, grace, reason, time.time(), preemptor)
+        self.backend.stop(inst.id, grace, notice)
+
+    # ---- a plan -------------------------------------------------------------------------------
+
+    def apply(self, view: StoreView, decisions: list[Decision], reasons: dict[int, str | None]) -> None:
+        """Suspensions first, then what the plan decided in one transaction, then the launches;
+        `reasons` are the waiting reasons as kept, brought up to date."""
+        d = Decided.sort(decisions, reasons)
+        for s in d.suspends:
+            self._suspend(view, s)
+        stale = {r.job_id for r in view.snapshot.reservations} - {r.job_id for r in d.reserves}
+        if stale:
+            stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING}
+        news: list[admission.NewInstance] = []
+        if d.reserves or stale or d.admits or d.reasons or d.rejects:
+            news = self._write_decided(view, d, stale)
+            for job_id, reason in d.reasons.items():
+                # Kept as written: a reason is not a change the feed carries.
+                view.jobs[job_id].reason = reason
+                reasons[job_id] = reason
+        if news:
+            self.ctx.changed.notify()
+            self._start(news)
+        elif d.suspends or d.rejects:
+            self.ctx.changed.notify()
+
+    def _write_decided(self, view: StoreView, d: Decided, stale: set[int]) -> list[admission.NewInstance]:
+        """Reservations, reasons, rejections and claims in one transaction; the claimed instances."""
+        with self.write() as s:
+            now = time.time()
+            for r in d.reserves:
+                transitions.reserve(s, r.job_id, r.placement, now)
+            if stale:
+                transitions.clear_reservations(s, sorted(stale))
+            transitions.waiting_reasons(s, d.reasons)
+            for x in d.rejects:
+                job = s.get(JobRow, x.job_id)
+                if job is not None and job.state in WAITING:
+                    transitions.reject(s, job, x.reason, now)
+            return self._claim(s, view, d.admits) if d.admits else []
+
+    def _suspend(self, view: StoreView, d: Suspend) -> None:
+        row, inst = view.jobs.get(d.job_id), view.current.get(d.job_id)
+        if row is None or inst is None or row.state != JobState.RUNNING or not inst.handle or inst.stop_kind:
+            return
+        spec = parse_spec(row)
+        self._stop(row, inst, "preempt", spec.effective_grace_seconds, spec.elastic, d.reason, d.preemptor_id)
+        log.info("suspending job %d for job %d", d.job_id, d.preemptor_id)
+
+    # ---- starting -----------------------------------------------------------------------------
+
+    def _claim(self, s: Session, view: StoreView, admits: list[Admit]) -> list[admission.NewInstance]:
+        """Claim the admitted jobs the view knows (`admission.claim`): their new instances."""
+        known = [d for d in admits if d.job_id in view.jobs]
+        rows = by_id.rows(s, JobRow, [d.job_id for d in known])
+        wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
+        return admission.claim(s, self.ctx, wave, self.ctx.holder_id)
+
+    def _start(self, news: list[admission.NewInstance]) -> None:
+        """Launch the claimed instances, then record the outcomes in one transaction: a wave of starts
+        costs two commits (with the claim's), not two per job."""
+        started = [(new, *admission.launch(self.ctx, self.backend, new)) for new in news]
+        try:
+            with self.write() as s:
+                now = time.time()
+                for new, handle, failure in started:
+                    # Only the controller moves a job's state, so the claimed rows are still as
+                    # committed in what the outcome writes (a cancel or a hold sets other columns).
+                    job, inst = new.rows
+                    s.add_all(new.rows)
+                    if handle is None:
+                        transitions.start_failed(s, job, inst, failure or "unknown error", now)
+                    else:
+                        transitions.started(s, job, inst, handle, now)
+        except lease.LeaseLost:
+            for new, handle, _ in started:
+                if handle is not None:
+                    # Our successor will not know this instance: it must not run twice.
+                    self.backend.stop(new.instance_id, 0, False)
+            raise
+        for new, handle, _ in started:
+            if handle is not None:
+                self.ctx.metrics.admitted(new.job.resume)
+        self.ctx.changed.notify()
