@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from hai_airflow.client import HaiClient
-from hai_airflow.spec import TERMINAL_STATES, JobView
+from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "dags"
@@ -383,7 +383,7 @@ def job_named(client: HaiClient, task_name: str) -> Callable[[], JobView | None]
 
 def suspension_reason(client: HaiClient, job_id: int) -> str:
     """Why the server suspended the job, from its first suspension event."""
-    events = [e for e in client.job(job_id).events if e.to_state == "SUSPENDING"]
+    events = [e for e in client.job(job_id).events if e.to_state == JobState.SUSPENDING]
     return events[0].reason if events else "(no suspension event)"
 
 
@@ -412,75 +412,14 @@ def run_demo(work: Path, steps: int, step_sleep: float) -> int:
         )
         follow_log(dags_log, airflow_story, stop_tail)
 
-        with hai.client() as client:
-            train = wait_job(
-                client,
-                job_named(client, TRAIN_TASK),
-                lambda j: j.state == "RUNNING" and j.latest_checkpoint is not None,
-                timeout=240,
-                what="the pipeline's training job to run and checkpoint",
-            )
-            log(
-                f"training job {train.id} runs on GPU {train.placement[0].gpus} and has checkpointed: "
-                f"{Path(train.latest_checkpoint or '').name}"
-            )
-            log("submitting a high-priority job for all 8 GPUs from the CLI:")
-            create = hai_command(
-                "create",
-                "--task-name",
-                URGENT_TASK,
-                "--model-id",
-                "31",
-                "--project-id",
-                "10209",
-                "--code-path",
-                str(INCLUDE),
-                "--image",
-                "local",
-                "--resource-pkg",
-                "457",
-                "--max-schedule",
-                "4",
-                "--cmd",
-                "python3 train.py --steps 30 --ckpt-every 10 --step-sleep 0.05",
-            )
-            log("  $ hai create --task-name urgent-8gpu --resource-pkg 457 --max-schedule 4 ...")
-            created = subprocess.run(create, env={**os.environ, **hai.env}, capture_output=True, text=True)
-            print("  " + (created.stdout.strip() or created.stderr.strip()), flush=True)
-            if created.returncode != 0:
-                raise RuntimeError("hai create failed")
-
-            suspended = wait_job(
-                client,
-                lambda: client.job(train.id),
-                lambda j: j.preemptions >= 1,
-                timeout=60,
-                what="the training job to be suspended",
-            )
-            log(f"training job {train.id} was suspended: {suspension_reason(client, suspended.id)}")
-            urgent = wait_job(
-                client,
-                job_named(client, URGENT_TASK),
-                lambda j: j.state in TERMINAL_STATES,
-                timeout=240,
-                what="the high-priority job to finish",
-            )
-            log(f"high-priority job {urgent.id} {urgent.state}")
-            resumed = wait_job(
-                client,
-                lambda: client.job(train.id),
-                lambda j: j.instances >= 2,
-                timeout=120,
-                what="the training job to resume",
-            )
-            log(f"training job {train.id} resumed ({resumed.state}) from its checkpoint")
+        train_id, urgent_id = watch_preemption(hai)
 
         rc = pipeline.wait(timeout=600)
         stop_tail.set()
         time.sleep(0.5)
         if rc != 0:
             raise RuntimeError(f"airflow dags test exited {rc}; see {dags_log}")
-        return check_and_summarise(hai, train.id, urgent.id)
+        return check_and_summarise(hai, train_id, urgent_id)
     finally:
         stop_tail.set()
         if hai is not None:
@@ -490,15 +429,88 @@ def run_demo(work: Path, steps: int, step_sleep: float) -> int:
             kill_jobs_left_behind(hai.home)
 
 
+def submit_urgent(hai: HaiService) -> None:
+    """The high-priority job for all 8 GPUs, from the CLI as a user would type it."""
+    log("submitting a high-priority job for all 8 GPUs from the CLI:")
+    create = hai_command(
+        "create",
+        "--task-name",
+        URGENT_TASK,
+        "--model-id",
+        "31",
+        "--project-id",
+        "10209",
+        "--code-path",
+        str(INCLUDE),
+        "--image",
+        "local",
+        "--resource-pkg",
+        "457",
+        "--max-schedule",
+        "4",
+        "--cmd",
+        "python3 train.py --steps 30 --ckpt-every 10 --step-sleep 0.05",
+    )
+    log("  $ hai create --task-name urgent-8gpu --resource-pkg 457 --max-schedule 4 ...")
+    created = subprocess.run(create, env={**os.environ, **hai.env}, capture_output=True, text=True)
+    print("  " + (created.stdout.strip() or created.stderr.strip()), flush=True)
+    if created.returncode != 0:
+        raise RuntimeError("hai create failed")
+
+
+def watch_preemption(hai: HaiService) -> tuple[int, int]:
+    """The pipeline's training job checkpoints, a high-priority job suspends it, runs, and the training
+    job resumes: the ids of both."""
+    with hai.client() as client:
+        train = wait_job(
+            client,
+            job_named(client, TRAIN_TASK),
+            lambda j: j.state == JobState.RUNNING and j.latest_checkpoint is not None,
+            timeout=240,
+            what="the pipeline's training job to run and checkpoint",
+        )
+        log(
+            f"training job {train.id} runs on GPU {train.placement[0].gpus} and has checkpointed: "
+            f"{Path(train.latest_checkpoint or '').name}"
+        )
+        submit_urgent(hai)
+
+        suspended = wait_job(
+            client,
+            lambda: client.job(train.id),
+            lambda j: j.preemptions >= 1,
+            timeout=60,
+            what="the training job to be suspended",
+        )
+        log(f"training job {train.id} was suspended: {suspension_reason(client, suspended.id)}")
+        urgent = wait_job(
+            client,
+            job_named(client, URGENT_TASK),
+            lambda j: j.state in TERMINAL_STATES,
+            timeout=240,
+            what="the high-priority job to finish",
+        )
+        log(f"high-priority job {urgent.id} {urgent.state}")
+        resumed = wait_job(
+            client,
+            lambda: client.job(train.id),
+            lambda j: j.instances >= 2,
+            timeout=120,
+            what="the training job to resume",
+        )
+        log(f"training job {train.id} resumed ({resumed.state}) from its checkpoint")
+        return train.id, urgent.id
+
+
 def check_and_summarise(hai: HaiService, train_id: int, urgent_id: int) -> int:
     with hai.client() as client:
         train, urgent = client.job(train_id), client.job(urgent_id)
         instances = client.instances(train_id)
     resumed = [i for i in instances if i.resume]
     problems = []
-    if train.state != "SUCCEEDED":
+    if train.state != JobState.SUCCEEDED:
         problems.append(f"training job ended {train.state}")
-    if urgent.state != "SUCCEEDED":
+    if urgent.state != JobState.SUCCEEDED:
         problems.append(f"high-priority job ended {urgent.state}")
     if train.preemptions < 1 or not resumed or resumed[0].checkpoint is None:
         problems.append("the training job was not suspended and resumed from a checkpoint")

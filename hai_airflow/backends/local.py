@@ -52,6 +52,8 @@ from hai_airflow.backends.workerenv import (
 )
 from hai_airflow.scheduling.model import Node, WorkerPlacement
 
+WorkerPlan = tuple[WorkerSlot, dict[str, str], str]
+"""A worker to start: its slot, its environment and its command."""
 log = logging.getLogger(__name__)
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
@@ -226,35 +228,15 @@ class LocalBackend:
         # A notice left from an earlier suspension would make the resumed run stop at once.
         notice_path.unlink(missing_ok=True)
         image = image_of(launch)
-        notice = str(notice_path)
         user = job_account(self.options.run_as, launch, self.home)
-        platform = base_env(
-            self.options.path or default_job_path(),
-            launch.work_dir,
-            user.name if user is not None else server_user(),
-        )
-        # A clean start: the server's own environment (database URL, secrets) never reaches a job.
-        base = image_env(
-            {**platform, **self.options.env, **launch.env, **spec.env, "HAI_PREEMPT_NOTICE": notice},
-            self.options.images.get(image),
-        )
+        base = self._environment(launch, image, user)
         slots = worker_slots(placement)
         port = free_port()
         plans = self._plans(launch, slots, base, port)
         if spec.code_src == "git":
             count = len(plans)
             plans = [(s, env, self._clone(launch, checkout_name(s.rank, count)) + c) for s, env, c in plans]
-        workers: list[_Worker] = []
-        try:
-            for slot, env, command in plans:
-                workers.append(self._spawn(launch, slot, env, command, cwd, len(plans) > 1, user))
-        except OSError as exc:
-            for w in workers:
-                procs.signal_group(w.pgid, signal.SIGKILL)
-                _unwatch(w)
-            # A worker whose answer was lost with the spawner may have started all the same.
-            self.reap(launch.instance_id, launch.work_dir)
-            raise StartError(f"could not start worker {len(workers)}: {exc}") from exc
+        workers = self._spawn_all(launch, plans, cwd, user)
         inst = _Instance(launch.instance_id, workers, launch.log_path, notice_path)
         with self._lock:
             self._instances[launch.instance_id] = self._live[launch.instance_id] = inst
@@ -274,6 +256,37 @@ class LocalBackend:
                 "workers": [w.to_json() for w in workers],
             },
         )
+
+    def _environment(self, launch: Launch, image: str, user: JobUser | None) -> dict[str, str]:
+        """A clean start: the platform's variables, the backend's, the launch's and the job's, over
+        the image's; the server's own environment (database URL, secrets) never reaches a job."""
+        platform = base_env(
+            self.options.path or default_job_path(),
+            launch.work_dir,
+            user.name if user is not None else server_user(),
+        )
+        notice = {"HAI_PREEMPT_NOTICE": str(launch.notice_path)}
+        return image_env(
+            {**platform, **self.options.env, **launch.env, **launch.spec.env, **notice},
+            self.options.images.get(image),
+        )
+
+    def _spawn_all(
+        self, launch: Launch, plans: list[WorkerPlan], cwd: Path, user: JobUser | None
+    ) -> list[_Worker]:
+        """Every worker started, or none: a failed spawn kills those already started."""
+        workers: list[_Worker] = []
+        try:
+            for slot, env, command in plans:
+                workers.append(self._spawn(launch, slot, env, command, cwd, len(plans) > 1, user))
+        except OSError as exc:
+            for w in workers:
+                procs.signal_group(w.pgid, signal.SIGKILL)
+                _unwatch(w)
+            # A worker whose answer was lost with the spawner may have started all the same.
+            self.reap(launch.instance_id, launch.work_dir)
+            raise StartError(f"could not start worker {len(workers)}: {exc}") from exc
+        return workers
 
     def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
         with self._lock:
@@ -386,7 +399,7 @@ class LocalBackend:
 
     def _plans(
         self, launch: Launch, slots: list[WorkerSlot], base: dict[str, str], port: int
-    ) -> list[tuple[WorkerSlot, dict[str, str], str]]:
+    ) -> list[WorkerPlan]:
         """(worker, environment, command) for each worker to start."""
         spec = launch.spec
         if per_gpu(spec):

@@ -114,13 +114,66 @@ def create_dashboard_app(
     """
     pages = Pages()
     app = FastAPI(
-        title="hai dashboard",
-        docs_url=None,
-        redoc_url=None,
-        openapi_url=None,
-        dependencies=list(dependencies),
+        title="hai dashboard", docs_url=None, redoc_url=None, openapi_url=None, dependencies=[*dependencies]
     )
     app.state.client_for = client_for
+
+    _error_pages(app, pages, token_form, refused_fix)
+
+    @app.get("/", include_in_schema=False)
+    async def home(request: Request) -> RedirectResponse:
+        return RedirectResponse(f"{base_path(request)}/queue", status_code=303)
+
+    @app.get("/queue", response_class=HTMLResponse)
+    async def queue(request: Request, c: Client) -> HTMLResponse:
+        page = await data.queue_page(c)
+        return pages.render(request, "queue.html", "Queue", c.connection.server, data=page)
+
+    @app.get("/quota", response_class=HTMLResponse)
+    async def quota(request: Request, c: Client) -> HTMLResponse:
+        page = await data.quota_page(c)
+        return pages.render(request, "quota.html", "Quota", c.connection.server, data=page)
+
+    @app.get("/nodes", response_class=HTMLResponse)
+    async def nodes(request: Request, c: Client) -> HTMLResponse:
+        page = await data.nodes_page(c)
+        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=page)
+
+    @app.get("/jobs", include_in_schema=False)
+    async def find_job(request: Request, id: str = "") -> Response:
+        number = _job_number(id)
+        if number is None:
+            return pages.error(
+                request, 400, "Which job?", f"{id!r} is not a job id.", "Type a number such as 42"
+            )
+        return RedirectResponse(f"{base_path(request)}/jobs/{number}", status_code=303)
+
+    @app.get("/jobs/{job_id}", response_class=HTMLResponse)
+    async def job(
+        request: Request, job_id: int, c: Client, instance: Annotated[int | None, Query()] = None
+    ) -> HTMLResponse:
+        page = await data.job_page(c, job_id, instance, datetime.now(UTC))
+        return pages.render(request, "job.html", f"Job {job_id}", c.connection.server, data=page)
+
+    @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse)
+    async def log(job_id: int, instance: int, c: Client) -> PlainTextResponse:
+        """The log tail the Job page follows; `X-Hai-Instance-Ended` tells it when to stop."""
+        inst = await c.instance(instance)
+        if inst.job_id != job_id:
+            raise HaiError(404, f"instance {instance} does not belong to job {job_id}")
+        text = await c.log(instance, tail=data.LOG_TAIL_LINES)
+        headers = {
+            "X-Hai-Instance-Ended": "1" if inst.ended_at is not None else "0",
+            "Cache-Control": "no-store",
+        }
+        return PlainTextResponse(text, headers=headers)
+
+    return app
+
+
+def _error_pages(app: FastAPI, pages: Pages, token_form: bool, refused_fix: str) -> None:
+    """A page, not JSON, for a viewer who must sign in, a hai server that cannot be reached, or a
+    refusal; a refused token's cookie is dropped."""
 
     @app.exception_handler(SignInRequired)
     async def sign_in(request: Request, exc: SignInRequired) -> Response:
@@ -147,53 +200,11 @@ def create_dashboard_app(
             request, 502 if exc.status >= 500 else exc.status, "hai refused the request", exc.message
         )
 
-    @app.get("/", include_in_schema=False)
-    async def home(request: Request) -> RedirectResponse:
-        return RedirectResponse(f"{base_path(request)}/queue", status_code=303)
 
-    @app.get("/queue", response_class=HTMLResponse)
-    async def queue(request: Request, c: Client) -> HTMLResponse:
-        page = await data.queue_page(c)
-        return pages.render(request, "queue.html", "Queue", c.connection.server, data=page)
-
-    @app.get("/quota", response_class=HTMLResponse)
-    async def quota(request: Request, c: Client) -> HTMLResponse:
-        page = await data.quota_page(c)
-        return pages.render(request, "quota.html", "Quota", c.connection.server, data=page)
-
-    @app.get("/nodes", response_class=HTMLResponse)
-    async def nodes(request: Request, c: Client) -> HTMLResponse:
-        page = await data.nodes_page(c)
-        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=page)
-
-    @app.get("/jobs", include_in_schema=False)
-    async def find_job(request: Request, id: str = "") -> Response:
-        number = id.strip().lstrip("#")
-        # isdigit() alone admits '²', which int() refuses; int() also refuses over 4,300 digits.
-        if not (number.isascii() and number.isdigit() and len(number) <= 18):
-            return pages.error(
-                request, 400, "Which job?", f"{id!r} is not a job id.", "Type a number such as 42"
-            )
-        return RedirectResponse(f"{base_path(request)}/jobs/{int(number)}", status_code=303)
-
-    @app.get("/jobs/{job_id}", response_class=HTMLResponse)
-    async def job(
-        request: Request, job_id: int, c: Client, instance: Annotated[int | None, Query()] = None
-    ) -> HTMLResponse:
-        page = await data.job_page(c, job_id, instance, datetime.now(UTC))
-        return pages.render(request, "job.html", f"Job {job_id}", c.connection.server, data=page)
-
-    @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse)
-    async def log(job_id: int, instance: int, c: Client) -> PlainTextResponse:
-        """The log tail the Job page follows; `X-Hai-Instance-Ended` tells it when to stop."""
-        inst = await c.instance(instance)
-        if inst.job_id != job_id:
-            raise HaiError(404, f"instance {instance} does not belong to job {job_id}")
-        text = await c.log(instance, tail=data.LOG_TAIL_LINES)
-        headers = {
-            "X-Hai-Instance-Ended": "1" if inst.ended_at is not None else "0",
-            "Cache-Control": "no-store",
-        }
-        return PlainTextResponse(text, headers=headers)
-
-    return app
+def _job_number(typed: str) -> int | None:
+    """The job id someone typed ("42", "#42"), or None."""
+    number = typed.strip().lstrip("#")
+    # isdigit() alone admits '²', which int() refuses; int() also refuses over 4,300 digits.
+    if not (number.isascii() and number.isdigit() and len(number) <= 18):
+        return None
+    return int(number)

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
 
-from fastapi import FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from fastapi import FastAPI
 
 import hai_airflow
 from hai_airflow.dashboard.standalone import create_standalone_dashboard
-from hai_airflow.server import lease, submission
+from hai_airflow.server import submission
 from hai_airflow.server.boundary import BodySizeLimit
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
 from hai_airflow.server.errors import ERROR_RESPONSES, install_handlers, json_refusals
 from hai_airflow.server.intake import Intake
-from hai_airflow.server.metrics import RequestTimer, require_scraper
-from hai_airflow.server.routes import router
+from hai_airflow.server.metrics import RequestTimer
+from hai_airflow.server.routes import ops, router
 from hai_airflow.server.submission import Submissions
 
 
@@ -65,29 +62,7 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
     openapi = app.openapi
     app.openapi = lambda: json_refusals(openapi())  # type: ignore[method-assign]
 
-    @app.get("/health")
-    def health(request: Request) -> dict[str, Any]:
-        """No auth: is the server up, and which controller holds the lease."""
-        c: ServerContext = request.app.state.ctx
-        now = time.time()
-        with c.store.read() as s:
-            held = lease.current(s, now)
-        holder = held.holder if held is not None else None
-        return {
-            "status": "ok",
-            "database": c.store.dialect,
-            "lease_holder": holder,
-            "lease_expires_in": round(held.expires_at - now, 3) if held is not None else None,
-            "this_server": c.holder_id,
-            "controller_active": holder is not None and holder == c.holder_id,
-        }
-
-    @app.get("/metrics", include_in_schema=False)
-    def metrics(request: Request) -> Response:
-        """Prometheus, with `[server] metrics_token` or a platform admin's token (`require_scraper`)."""
-        c: ServerContext = request.app.state.ctx
-        require_scraper(request, c.config.server.metrics_token)
-        return Response(generate_latest(c.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    app.include_router(ops.router)
 
     # In-process: the pages never wait on a socket to themselves, nor on worker threads the API needs.
     app.mount("/ui", create_standalone_dashboard(app))
