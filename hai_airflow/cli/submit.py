@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -87,6 +87,25 @@ def _package_for(
     return package
 
 
+
+def _submit_on_package(
+    mode: Literal["standalone", "distributed"],
+    package_field: str,
+    fields: dict[str, Any],
+    gpus: int,
+    gpu_type: str | None,
+    submit: SubmitFlags,
+    connection: ServerFlags,
+    out: OutputFlags,
+) -> None:
+    """Submit on the smallest package of --gpus GPUs of --gpu-type; the flags are checked before
+    asking the server, so a bad flag is reported as such even when it is down."""
+    build_spec(mode, {**fields, package_field: PLACEHOLDER_PACKAGE}, SUBMIT_FLAGS, f"submit {mode}")
+    with connect(connection) as client:
+        package = _package_for(client.resource_packages(), gpus, gpu_type)
+    fields = {**fields, package_field: package.id, "gpu_type": package.gpu_type}
+    submit_and_report(build_spec(mode, fields, SUBMIT_FLAGS, f"submit {mode}"), submit, connection, out)
+
 @app.command()
 @with_flags()
 def standalone(
@@ -110,14 +129,8 @@ def standalone(
     --gpu-type=p100 --code-dir=/workspace/cpfs-data/tensorflow-sample-code "python3 train.py"
     """
     fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
-    fields |= {**gpu_job.fields(), "image": worker_image, "resource_pkg": PLACEHOLDER_PACKAGE}
-    # Checked before asking the server, so a bad flag is reported as such even when it is down.
-    build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
-    with connect(connection) as client:
-        package = _package_for(client.resource_packages(), gpus, gpu_type)
-    fields |= {"resource_pkg": package.id, "gpu_type": package.gpu_type}
-    spec = build_spec("standalone", fields, SUBMIT_FLAGS, "submit standalone")
-    submit_and_report(spec, submit, connection, out)
+    fields |= {**gpu_job.fields(), "image": worker_image}
+    _submit_on_package("standalone", "resource_pkg", fields, gpus, gpu_type, submit, connection, out)
 
 
 @app.command()
@@ -157,14 +170,8 @@ def distributed(
         "image": worker_image,
         "worker_image": worker_image,
         "workers": workers,
-        "worker_resource_pkg": PLACEHOLDER_PACKAGE,
     }
-    build_spec("distributed", fields, SUBMIT_FLAGS, "submit distributed")
-    with connect(connection) as client:
-        package = _package_for(client.resource_packages(), gpus, gpu_type)
-    fields |= {"worker_resource_pkg": package.id, "gpu_type": package.gpu_type}
-    spec = build_spec("distributed", fields, SUBMIT_FLAGS, "submit distributed")
-    submit_and_report(spec, submit, connection, out)
+    _submit_on_package("distributed", "worker_resource_pkg", fields, gpus, gpu_type, submit, connection, out)
 
 
 @app.command()
