@@ -25,7 +25,7 @@ from typing import Any
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import TERMINAL_STATES, JobState, StandaloneJobSpec
 
-JOB_STATES: tuple[str, ...] = JobState.__args__  # type: ignore[attr-defined]
+JOB_STATES: tuple[str, ...] = tuple(JobState)
 
 POLL_S = 0.2
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, TypeVar
 
@@ -23,7 +22,7 @@ COMPLETION_LIMIT = 50
 
 T = TypeVar("T")
 
-JOB_STATES: tuple[str, ...] = typing.get_args(JobState)
+JOB_STATES: tuple[str, ...] = tuple(JobState)
 
 
 def state_option(flag: str, help: str) -> Any:
