@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import Node, Shape
+from hai_airflow.scheduling.model import Job, Node, Shape
 from hai_airflow.scheduling.usage import NodeFreeBase, Usage
 
 EPS = 1e-9
@@ -148,6 +148,14 @@ class FreeCapacity:
         f.cpus += cpus
         f.memory_gb += memory_gb
         self._changed(f)
+
+    def release(self, job: Job) -> None:
+        """Give back what the placed job uses, as its suspension would (nodes the snapshot does not
+        have skipped)."""
+        for w in job.placement:
+            f = self.named(w.node)
+            if f is not None:
+                self.give(f, w.gpus, w.cpus, w.memory_gb)
 
     def restrict(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
         """Set the node's free resources outright."""

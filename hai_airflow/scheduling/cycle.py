@@ -250,10 +250,7 @@ class Cycle:
         (they are still suspending, and their GPUs are the preemptor's, not the next job's)."""
         with self.cap.trial() as trial:
             for v in victims:
-                for w in v.placement:
-                    f = self.cap.named(w.node)
-                    if f is not None:
-                        self.cap.give(f, w.gpus, w.cpus, w.memory_gb)
+                self.cap.release(v)
             placement = place(self.cap, shape)
             if placement is not None:
                 trial.commit_without_gains()
