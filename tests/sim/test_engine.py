@@ -168,7 +168,7 @@ def test_every_policy_drains_a_mixed_trace(policy):
 
 
 def test_a_planner_that_double_books_gpus_stops_the_simulation(monkeypatch):
-    def double_booking(snapshot: Snapshot, now: float) -> list[Admit]:
+    def double_booking(snapshot: Snapshot, now: float, usage: object = None) -> list[Admit]:
         return [Admit(j.id, (WorkerPlacement("n1", (0,)),), False, "test") for j in snapshot.jobs
                 if j.state == "PENDING"]
 

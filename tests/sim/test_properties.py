@@ -12,6 +12,7 @@ from sim_builders import job, node, trace
 import hai_airflow.sim.engine
 from hai_airflow.scheduling import POLICIES, plan
 from hai_airflow.scheduling.model import Decision, Quota, Snapshot
+from hai_airflow.scheduling.usage import Usage
 from hai_airflow.sim import simulate, summarize
 
 jobs = st.lists(
@@ -55,7 +56,7 @@ def test_every_job_finishes_and_gpu_time_adds_up(policy, rows, interval):
 
 
 def fresh_plan(snapshot: Snapshot, now: float) -> list[Decision]:
-    """`plan` in a new thread, which has no usage or layout remembered from earlier cycles."""
+    """`plan` in a new thread, counting the usage from the snapshot's jobs, not the kept one."""
     out: list[list[Decision]] = []
     worker = threading.Thread(target=lambda: out.append(plan(snapshot, now)))
     worker.start()
@@ -83,8 +84,9 @@ def test_cycles_that_update_the_last_count_decide_as_a_fresh_count(monkeypatch, 
     # every cycle of a replay must decide exactly what a planner counting from nothing decides.
     cycles = []
 
-    def both(snapshot: Snapshot, now: float) -> list[Decision]:
-        decided = plan(snapshot, now)
+    def both(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Decision]:
+        assert usage is not None, "the simulator hands its kept usage to plan"
+        decided = plan(snapshot, now, usage)
         assert decided == fresh_plan(snapshot, now), f"t={now}"
         cycles.append(now)
         return decided
