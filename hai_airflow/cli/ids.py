@@ -106,12 +106,12 @@ TaskIdFlags = Annotated[
         show_default=False,
     ),
 ]
-InstanceIdArgument = Annotated[
+TaskIdArgument = Annotated[
     int | None,
     typer.Argument(
-        metavar="INSTANCE_ID",
-        help="Instance id, from `hai instance` (or use --instance-id).",
-        autocompletion=complete_instance_ids,
+        metavar="TASK_ID",
+        help="Task id, from `hai task` (or use --task-id).",
+        autocompletion=complete_task_ids,
         show_default=False,
     ),
 ]

@@ -1,4 +1,4 @@
-"""`hai log`: an instance's output, its tail, or followed live (reconnecting) until the instance ends."""
+"""`hai log`: a task's (or one instance's) output, its tail, or followed live (reconnecting) until it ends."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.console import Console
 
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
-from hai_airflow.cli.ids import InstanceIdArgument, complete_instance_ids, complete_task_ids
+from hai_airflow.cli.ids import TaskIdArgument, complete_instance_ids, complete_task_ids
 from hai_airflow.cli.output import fail, stdout_is_terminal, usage_error
 from hai_airflow.client import HaiClient, HaiConnectionLost, HaiUnreachable
 
@@ -29,14 +29,14 @@ RESUME_MARK = 4096
 
 @with_flags()
 def log(
-    id_: InstanceIdArgument = None,
+    id_: TaskIdArgument = None,
     instance_id: Annotated[
         int | None,
         typer.Option(
             "--instance-id",
             "--instance_id",
             metavar="INTEGER",
-            help="Instance id, from `hai instance`. 运行实例ID，从hai instance获取",
+            help="Instead of a task id: this instance, from `hai instance`. 运行实例ID，从hai instance获取",
             autocompletion=complete_instance_ids,
             show_default=False,
         ),
@@ -47,7 +47,7 @@ def log(
             "--task-id",
             "--task_id",
             metavar="INTEGER",
-            help="Instead of an instance id: the latest instance of this task.",
+            help="Task id, as the positional TASK_ID: the log of its latest instance.",
             autocompletion=complete_task_ids,
             show_default=False,
         ),
@@ -71,24 +71,14 @@ def log(
     ] = False,
     connection: ServerFlags = ServerFlags(),
 ) -> None:
-    """Print the training log of an instance (获取训练日志): `hai log 125065 -f`."""
-    if id_ is not None and instance_id is not None and id_ != instance_id:
-        usage_error(f"two different instance ids ({id_} and --instance-id {instance_id}). Give one")
-    chosen = id_ if id_ is not None else instance_id
-    if (chosen is None) == (task_id is None):
-        usage_error(
-            "give exactly one of an instance id (`hai log 125065`, or --instance-id) and --task-id. "
-            "Find instance ids with `hai instance TASK_ID`"
-        )
+    """Print the training log of a task's latest instance (获取训练日志): `hai log 42 -f`;
+    `--instance-id` picks one instance of `hai instance 42`."""
+    task = _task_id(id_, task_id, instance_id)
     if tail < 0:
         usage_error("--tail must be 0 (the whole log) or a positive number of lines")
     with connect(connection) as client:
-        if chosen is None:
-            assert task_id is not None
-            instances = client.instances(task_id)
-            if not instances:
-                fail(f"task {task_id} has no instance yet. `hai task {task_id}` says why it waits")
-            chosen = max(i.id for i in instances)
+        chosen = _latest_instance(client, task) if task is not None else instance_id
+        assert chosen is not None
         if not follow:
             _write(client.log(chosen, tail=tail))
             return
@@ -97,6 +87,27 @@ def log(
         except KeyboardInterrupt:
             # Stopping to watch is not an error and leaves the job running.
             raise typer.Exit(130) from None
+
+
+def _task_id(argument: int | None, flag: int | None, instance_id: int | None) -> int | None:
+    """The task named by the positional or --task-id; None when --instance-id names the instance."""
+    if argument is not None and flag is not None and argument != flag:
+        usage_error(f"two different task ids ({argument} and --task-id {flag}). Give one")
+    task = argument if argument is not None else flag
+    if (task is None) == (instance_id is None):
+        usage_error(
+            "give either a task id (`hai log 42`, or --task-id 42) or --instance-id N. "
+            "Find a task's instance ids with `hai instance TASK_ID`"
+        )
+    return task
+
+
+def _latest_instance(client: HaiClient, task_id: int) -> int:
+    """The task's newest instance."""
+    instances = client.instances(task_id)
+    if instances:
+        return max(i.id for i in instances)
+    fail(f"task {task_id} has no instance yet. `hai task {task_id}` says why it waits")
 
 
 def resume_offset(whole: str, printed: str) -> int:

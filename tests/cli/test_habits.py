@@ -256,8 +256,7 @@ def test_ids_as_arguments_one_line_each_and_exit_1_if_any_failed(
     two = json_out(hai("task", str(first), str(second), "--json", env=alice))
     assert [j["id"] for j in two] == [first, second]
 
-    instance = json_out(hai("instance", str(first), "--json", env=alice))[0]["id"]
-    tail = hai("log", str(instance), "--tail", "1", env=alice)
+    tail = hai("log", str(first), "--tail", "1", env=alice)
     assert tail.exit_code == 0 and tail.stdout.startswith("tick")
 
     hidden = submit(hai, dave, code, "long.py")
@@ -429,7 +428,9 @@ def test_completion_offers_task_ids_from_the_server_and_nothing_when_it_is_down(
     words = {"_HAI_COMPLETE": "complete_bash", "COMP_WORDS": "hai cancel ", "COMP_CWORD": "2"}
     offered = hai(env={**alice, **words})
     assert offered.exit_code == 0 and str(job) in offered.stdout.split(), offered.output
-    instance_words = {"_HAI_COMPLETE": "complete_bash", "COMP_WORDS": "hai log ", "COMP_CWORD": "2"}
+    log_words = {"_HAI_COMPLETE": "complete_bash", "COMP_WORDS": "hai log ", "COMP_CWORD": "2"}
+    assert str(job) in hai(env={**alice, **log_words}).stdout.split(), "hai log takes a task id"
+    instance_words = {**log_words, "COMP_WORDS": "hai log --instance-id ", "COMP_CWORD": "3"}
     wait_for(clean, job, {"SUCCEEDED"})
     instances = json_out(hai("instance", str(job), "--json", env=alice))
     assert str(instances[0]["id"]) in hai(env={**alice, **instance_words}).stdout.split()

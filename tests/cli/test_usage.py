@@ -125,8 +125,11 @@ def test_log_accepts_the_documents_underscore_spelling(hai: Hai) -> None:
         ),
         pytest.param(("task", "--json", "-o", "yaml"), ("--json and -o yaml",), id="two formats"),
         pytest.param(("wait", "7", "-o", "name"), ("-o name",), id="wait has no names to print"),
-        pytest.param(("log",), ("exactly one of an instance id", "--task-id"), id="log without an id"),
-        pytest.param(("log", "1", "--task-id=2"), ("exactly one of an instance id",), id="log with two ids"),
+        pytest.param(("log",), ("give either a task id", "--instance-id"), id="log without an id"),
+        pytest.param(
+            ("log", "1", "--task-id=2"), ("two different task ids", "--task-id 2"), id="log with two ids"
+        ),
+        pytest.param(("log", "1", "--instance-id=2"), ("give either a task id",), id="log task and instance"),
         pytest.param(("log", "--instance-id=1", "--tail=-1"), ("--tail must be 0",), id="negative tail"),
         pytest.param(
             ("quota", "set", "--gpus=1"), ("exactly one of --user and --group",), id="quota set for whom"
@@ -164,7 +167,7 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(
         pytest.param(
             ("log", "--instance-id=abc"), ("--instance-id", "integer", "hai log --help"), id="not a number"
         ),
-        pytest.param(("log", "abc"), ("INSTANCE_ID", "integer", "hai log --help"), id="id not a number"),
+        pytest.param(("log", "abc"), ("TASK_ID", "integer", "hai log --help"), id="id not a number"),
         pytest.param(
             ("quota", "set", "--user=u", "--gpus=many"),
             ("--gpus", "hai quota set --help"),

