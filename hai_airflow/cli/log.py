@@ -13,8 +13,9 @@ from rich.console import Console
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArgument, complete_instance_ids, complete_task_ids
-from hai_airflow.cli.output import fail, stdout_is_terminal, usage_error
+from hai_airflow.cli.output import fail, note, standing, stdout_is_terminal, usage_error
 from hai_airflow.client import HaiClient, HaiConnectionLost, HaiUnreachable
+from hai_airflow.spec import TERMINAL_STATES
 
 RECONNECT_FOR_SECONDS = 300.0
 """How long `--follow` keeps trying to reach a server that answered and went away (e.g. while it
@@ -80,7 +81,10 @@ def log(
         chosen = _latest_instance(client, task) if task is not None else instance_id
         assert chosen is not None
         if not follow:
-            _write(client.log(chosen, tail=tail))
+            text = client.log(chosen, tail=tail)
+            if not text:
+                _explain_empty(client, chosen)
+            _write(text)
             return
         try:
             follow_with_reconnect(client, chosen, tail)
@@ -103,11 +107,26 @@ def _task_id(argument: int | None, flag: int | None, instance_id: int | None) ->
 
 
 def _latest_instance(client: HaiClient, task_id: int) -> int:
-    """The task's newest instance."""
+    """The task's newest instance; a task that has none yet has no log, and the error says why."""
     instances = client.instances(task_id)
     if instances:
         return max(i.id for i in instances)
-    fail(f"task {task_id} has no instance yet. `hai task {task_id}` says why it waits")
+    job = client.job(task_id)
+    started = "never started" if job.state in TERMINAL_STATES else "has not started yet"
+    fail(f"no log: {standing(job)}. The task {started}; `hai task {task_id}` shows its events")
+
+
+def _explain_empty(client: HaiClient, instance_id: int) -> None:
+    """An empty log says why on stderr; it is a failure (exit 1) unless the instance ran its command
+    and is still running or completed, which then simply printed nothing."""
+    run = client.instance(instance_id)
+    job = client.job(run.job_id)
+    where = f"instance {run.id} of task {job.id} printed nothing: {standing(job)}"
+    if run.started_at is not None and run.end_reason in (None, "completed"):
+        note(f"({where})")
+        return
+    never = " The instance never started;" if run.started_at is None else ""
+    fail(f"{where}.{never} `hai task {job.id}` shows its events")
 
 
 def resume_offset(whole: str, printed: str) -> int:

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hai_airflow.cli.flags import choice, completes
-from hai_airflow.spec import JobState, WorkerPlacementView
+from hai_airflow.spec import JobState, JobView, WorkerPlacementView
 
 NONE = "-"
 
@@ -152,6 +152,11 @@ def help_without_subcommand(ctx: typer.Context) -> None:
 def say(line: str) -> None:
     """A one-line result on stdout (e.g. `created task 42`), kept plain so scripts can cut it."""
     typer.echo(line)
+
+
+def standing(job: JobView) -> str:
+    """`task 42 is FAILED: git clone failed`: where a task stands and why."""
+    return f"task {job.id} is {job.state}" + (f": {job.reason}" if job.reason else "")
 
 
 def note(message: str) -> None:

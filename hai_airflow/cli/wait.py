@@ -16,7 +16,7 @@ from rich.console import Console
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, state_option, task_ids
-from hai_airflow.cli.output import OutputFlags, emit, say, stdout_is_terminal, usage_error
+from hai_airflow.cli.output import OutputFlags, emit, say, standing, stdout_is_terminal, usage_error
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
 
@@ -76,7 +76,7 @@ def await_task(
     job: JobView = client.job(job_id)
     while True:
         if status is not None:
-            status.update(f"task {job.id} is {job.state}" + (f": {job.reason}" if job.reason else ""))
+            status.update(standing(job))
         if target is not None and job.state == target:
             return Outcome(job, reached=True)
         if job.state in TERMINAL_STATES:

@@ -64,3 +64,24 @@ def test_log_takes_a_task_id_like_every_other_command(hai: Hai, live_server: Liv
     assert hai("log", "--instance-id", str(run["id"]), env=bob).stdout == by_task.stdout
     both = hai("log", str(hello), "--instance-id", str(run["id"]), env=bob)
     assert both.exit_code == 2 and "give either a task id" in both.stderr
+
+
+def test_log_of_a_task_without_output_says_why_and_exits_1(
+    hai: Hai, live_server: LiveServer, code: Path
+) -> None:
+    bob = as_user(live_server, "bob")
+    hog, waiting = pending_then_cancelled(hai, live_server, code)
+    pending = hai("log", str(waiting), env=bob)
+    assert pending.exit_code == 1 and pending.stdout == "", pending.output
+    assert f"task {waiting} is PENDING" in pending.stderr and "has not started yet" in pending.stderr
+
+    cancel(hai, live_server, (waiting, "bob"), (hog, "alice"))
+    cancelled = hai("log", "--task-id", str(waiting), env=bob)
+    assert cancelled.exit_code == 1 and cancelled.stdout == "", cancelled.output
+    assert f"task {waiting} is CANCELLED" in cancelled.stderr and "never started" in cancelled.stderr
+
+    silent = create(hai, bob, code, "silent_fail.py", 454)
+    wait_for(live_server, silent, {"FAILED"})
+    empty = hai("log", str(silent), env=bob)
+    assert empty.exit_code == 1 and empty.stdout == "", empty.output
+    assert "printed nothing" in empty.stderr and f"task {silent} is FAILED" in empty.stderr
