@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import typer
@@ -11,7 +12,7 @@ from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.create import submit_and_report
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.jobspec import GpuJobFlags, JobFlags, SubmitFlags, build_spec, join_command
-from hai_airflow.cli.output import OutputFlags, help_without_subcommand, usage_error
+from hai_airflow.cli.output import OutputFlags, help_without_subcommand, note, usage_error
 from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import ResourcePackageView
 
@@ -73,27 +74,66 @@ CommandArgument = Annotated[
 ]
 
 
-def _package_for(
-    packages: Sequence[ResourcePackageView], gpus: int, gpu_type: str | None
-) -> ResourcePackageView:
-    if gpus < 1:
+ExactOption = Annotated[
+    bool,
+    typer.Option(
+        "--exact",
+        help="Refuse (exit 2) when no package has exactly --gpus GPUs, instead of taking the smallest "
+        "that holds more.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class GpuAsk:
+    """What the flags ask for: --gpus GPUs (per worker when distributed) of --gpu-type, --exact or not."""
+
+    gpus: int
+    gpu_type: str | None
+    exact: bool
+    per_worker: bool = False
+
+
+def _sizes(packages: Sequence[ResourcePackageView], gpu_type: str | None) -> list[int]:
+    """The GPU counts of the packages of `gpu_type` (any type when None), smallest first."""
+    # A package holds `gpu_type` exactly when it is the smallest fit among itself alone.
+    return sorted({p.gpus for p in packages if p.gpus and smallest_package([p], p.gpus, gpu_type) is p})
+
+
+def _package_for(packages: Sequence[ResourcePackageView], ask: GpuAsk) -> ResourcePackageView:
+    """The smallest package of at least --gpus GPUs of --gpu-type; one holding more is named on
+    stderr (stdout stays the result), or refused with --exact."""
+    if ask.gpus < 1:
         usage_error("--gpus must be 1 or more. For a job without GPUs use `hai submit cpu`")
-    package = smallest_package(packages, gpus, gpu_type)
+    package = smallest_package(packages, ask.gpus, ask.gpu_type)
     if package is None:
         usage_error(
-            f"no resource package has {gpus} {gpu_type or ''} GPUs".replace("  ", " ")
+            f"no resource package has {ask.gpus} {ask.gpu_type or ''} GPUs".replace("  ", " ")
             + f" (offered: {offered(packages)}). Pick --gpus and --gpu-type from `hai res`"
         )
+    if package.gpus == ask.gpus:
+        return package
+    if ask.exact:
+        *most, last = [str(n) for n in _sizes(packages, ask.gpu_type)]
+        sizes = f"{', '.join(most)} or {last}" if most else last
+        usage_error(
+            f"--gpus {ask.gpus} --exact: no {package.gpu_type} resource package has exactly {ask.gpus} "
+            f"GPUs. Give --gpus {sizes}, or leave out --exact to get the smallest that fits "
+            f"({package.gpus} GPUs)"
+        )
+    asked = f"{ask.gpus} GPUs per worker" if ask.per_worker else f"{ask.gpus} GPUs"
+    note(
+        f"package {package.id}: {package.gpus}×{package.gpu_type} "
+        f"(asked for {asked}; the smallest package that fits)"
+    )
     return package
-
 
 
 def _submit_on_package(
     mode: Literal["standalone", "distributed"],
     package_field: str,
     fields: dict[str, Any],
-    gpus: int,
-    gpu_type: str | None,
+    ask: GpuAsk,
     submit: SubmitFlags,
     connection: ServerFlags,
     out: OutputFlags,
@@ -102,9 +142,10 @@ def _submit_on_package(
     asking the server, so a bad flag is reported as such even when it is down."""
     build_spec(mode, {**fields, package_field: PLACEHOLDER_PACKAGE}, SUBMIT_FLAGS, f"submit {mode}")
     with connect(connection) as client:
-        package = _package_for(client.resource_packages(), gpus, gpu_type)
+        package = _package_for(client.resource_packages(), ask)
     fields = {**fields, package_field: package.id, "gpu_type": package.gpu_type}
     submit_and_report(build_spec(mode, fields, SUBMIT_FLAGS, f"submit {mode}"), submit, connection, out)
+
 
 @app.command()
 @with_flags()
@@ -114,6 +155,7 @@ def standalone(
     command: CommandArgument,
     gpus: Annotated[int, typer.Option("--gpus", metavar="INTEGER", help="GPUs on one machine.")] = 1,
     gpu_type: SubmitGpuTypeOption = None,
+    exact: ExactOption = False,
     worker_image: WorkerImageOption = None,
     job: JobFlags = JobFlags(),
     gpu_job: GpuJobFlags = GpuJobFlags(),
@@ -130,7 +172,8 @@ def standalone(
     """
     fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
     fields |= {**gpu_job.fields(), "image": worker_image}
-    _submit_on_package("standalone", "resource_pkg", fields, gpus, gpu_type, submit, connection, out)
+    ask = GpuAsk(gpus, gpu_type, exact)
+    _submit_on_package("standalone", "resource_pkg", fields, ask, submit, connection, out)
 
 
 @app.command()
@@ -149,6 +192,7 @@ def distributed(
         int, typer.Option("--gpus", metavar="INTEGER", help="GPUs per worker (8 = a whole machine).")
     ] = 8,
     gpu_type: SubmitGpuTypeOption = None,
+    exact: ExactOption = False,
     worker_image: Annotated[
         str | None,
         typer.Option(
@@ -171,7 +215,8 @@ def distributed(
         "worker_image": worker_image,
         "workers": workers,
     }
-    _submit_on_package("distributed", "worker_resource_pkg", fields, gpus, gpu_type, submit, connection, out)
+    ask = GpuAsk(gpus, gpu_type, exact, per_worker=True)
+    _submit_on_package("distributed", "worker_resource_pkg", fields, ask, submit, connection, out)
 
 
 @app.command()

@@ -4,6 +4,7 @@ CLI's own messages say task and end a sentence once."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,31 @@ def test_log_of_a_task_without_output_says_why_and_exits_1(
     empty = hai("log", str(silent), env=bob)
     assert empty.exit_code == 1 and empty.stdout == "", empty.output
     assert "printed nothing" in empty.stderr and f"task {silent} is FAILED" in empty.stderr
+
+
+def test_submit_names_the_package_it_rounded_up_to_and_exact_refuses(
+    hai: Hai, live_server: LiveServer, code: Path
+) -> None:
+    alice = as_user(live_server, "alice")
+    short = ("--name=up", f"--code-dir={code}", "--gpu-type=v100")
+
+    rounded = hai("submit", "standalone", *short, "--gpus=3", "-o", "json", "echo hi", env=alice)
+    assert rounded.exit_code == 0, rounded.output
+    assert json.loads(rounded.stdout)["spec"]["resource_pkg"] == 456, "stdout stays the JSON alone"
+    assert rounded.stderr.strip() == (
+        "package 456: 4×V100 (asked for 3 GPUs; the smallest package that fits)"
+    )
+
+    exact = hai("submit", "standalone", *short, "--gpus=3", "--exact", "echo hi", env=alice)
+    assert exact.exit_code == 2 and exact.stdout == "", exact.output
+    assert exact.stderr.startswith("Error: --gpus 3 --exact:")
+    assert "Give --gpus 1, 2, 4 or 8" in exact.stderr and "leave out --exact" in exact.stderr
+
+    fits = hai("submit", "standalone", *short, "--gpus=4", "--exact", "echo hi", env=alice)
+    assert fits.exit_code == 0 and fits.stderr == "", fits.output
+
+    workers = hai(
+        "submit", "distributed", *short, "--workers=2", "--gpus=3", "echo hi", env=alice
+    )  # fmt: skip
+    assert workers.exit_code == 0, workers.output
+    assert "(asked for 3 GPUs per worker;" in workers.stderr
