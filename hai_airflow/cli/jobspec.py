@@ -213,9 +213,9 @@ def describe_error(error: ErrorDetails, flags: Mapping[str, str], mode: str) -> 
     """One pydantic error in the user's words: flags instead of field names."""
     field = str(error["loc"][0]) if error["loc"] else None
     if field is not None and error["type"] == "missing":
-        return f"{flag_for(field, flags)} is required for a {mode} job"
+        return f"{flag_for(field, flags)} is required for a {mode} task"
     if field is not None and error["type"] == "extra_forbidden":
-        return f"{flag_for(field, flags)} is not valid for a {mode} job"
+        return f"{flag_for(field, flags)} is not valid for a {mode} task"
     message = _name_flags(error["msg"].removeprefix("Value error, "), flags, mode)
     if field is None:
         return message

@@ -167,7 +167,8 @@ def note(message: str) -> None:
 def error_line(message: str) -> str:
     """`Error: what failed. How to fix it.` from a message that may lack the final stop."""
     text = message.strip()
-    if not text.endswith("."):
+    # A question or an exclamation already ends its sentence: no "?." or "!.".
+    if not text.endswith((".", "?", "!")):
         text += "."
     return f"Error: {text}"
 

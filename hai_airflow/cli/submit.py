@@ -104,7 +104,7 @@ def _package_for(packages: Sequence[ResourcePackageView], ask: GpuAsk) -> Resour
     """The smallest package of at least --gpus GPUs of --gpu-type; one holding more is named on
     stderr (stdout stays the result), or refused with --exact."""
     if ask.gpus < 1:
-        usage_error("--gpus must be 1 or more. For a job without GPUs use `hai submit cpu`")
+        usage_error("--gpus must be 1 or more. For a task without GPUs use `hai submit cpu`")
     package = smallest_package(packages, ask.gpus, ask.gpu_type)
     if package is None:
         usage_error(

@@ -114,3 +114,25 @@ def test_submit_names_the_package_it_rounded_up_to_and_exact_refuses(
     )  # fmt: skip
     assert workers.exit_code == 0, workers.output
     assert "(asked for 3 GPUs per worker;" in workers.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(
+            ("create", "--task-name=t", "--code-path=/tmp", "--cmd=x"),
+            "Error: --resource-pkg is required for a standalone task. See `hai create --help`.",
+            id="a missing flag",
+        ),
+        pytest.param(
+            ("submit", "standalone", "--name=t", "--code-dir=/tmp", "--gpus=0", "x"),
+            "Error: --gpus must be 1 or more. For a task without GPUs use `hai submit cpu`.",
+            id="no GPUs",
+        ),
+    ],
+)
+def test_the_clis_own_errors_say_task_as_its_successes_do(
+    hai: Hai, live_server: LiveServer, args: tuple[str, ...], expected: str
+) -> None:
+    result = hai(*args, env=as_user(live_server, "alice"))
+    assert result.exit_code == 2 and result.stderr.strip() == expected, result.output

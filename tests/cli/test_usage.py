@@ -76,12 +76,12 @@ def test_log_accepts_the_documents_underscore_spelling(hai: Hai) -> None:
         ),
         pytest.param(
             (*CREATE, "--workers=2"),
-            ("--workers is not valid for a standalone job",),
+            ("--workers is not valid for a standalone task",),
             id="workers on standalone",
         ),
         pytest.param(
             ("create", "--task-name=t", "--code-path=/tmp", "--cmd=x"),
-            ("--resource-pkg is required for a standalone job",),
+            ("--resource-pkg is required for a standalone task",),
             id="standalone without a package",
         ),
         pytest.param(
@@ -93,7 +93,7 @@ def test_log_accepts_the_documents_underscore_spelling(hai: Hai) -> None:
                 "--mode=distributed",
                 "--resource-pkg=1",
             ),
-            ("--workers is required for a distributed job",),
+            ("--workers is required for a distributed task",),
             id="distributed without workers",
         ),
         pytest.param(
