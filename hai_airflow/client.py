@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
 
+from hai_airflow import endpoints
+from hai_airflow.endpoints import JSON, TEXT, Call
 from hai_airflow.http11 import Http, Reply, Stream, TransportError, proxy_for, server_url
 from hai_airflow.spec import (
     ON_BEHALF_OF,
@@ -23,14 +24,12 @@ from hai_airflow.spec import (
     QueueEntryView,
     QuotaView,
     ResourcePackageView,
-    SubmitRequest,
 )
 
-API = "/api/v1"
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 DEFAULT_REGION = "default"
 
-M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def hai_home() -> Path:
@@ -160,19 +159,6 @@ def usable(connection: Connection) -> Connection:
     return connection
 
 
-_JOBS = TypeAdapter(list[JobView])
-_INSTANCES = TypeAdapter(list[InstanceView])
-_QUEUE = TypeAdapter(list[QueueEntryView])
-_QUOTAS = TypeAdapter(list[QuotaView])
-_NODES = TypeAdapter(list[NodeView])
-_PACKAGES = TypeAdapter(list[ResourcePackageView])
-
-
-JSON = "application/json"
-TEXT = "text/plain"
-"""What hai answers with: JSON, and plain text for a log."""
-
-
 def _media_type(resp: httpx.Response | Reply | Stream) -> str:
     raw = resp.headers.get("content-type", "") if isinstance(resp, httpx.Response) else resp.content_type
     return raw.partition(";")[0].strip().lower()
@@ -198,20 +184,6 @@ def _raise_for(resp: httpx.Response | Reply, server: str, request: str, expect: 
         if isinstance(body, dict) and isinstance(body.get("error"), str):
             raise HaiError(status, body["error"], body.get("field"), body.get("fix"))
     raise NotAHaiServer(server, status, f"{request} got HTTP {status} {media or 'with no content type'}")
-
-
-def _submit_body(spec: JobSpec, client_key: str | None) -> dict[str, Any]:
-    return SubmitRequest(spec=spec, client_key=client_key).model_dump(mode="json")
-
-
-def _job_params(
-    user: str | None, state: str | None, group: str | None, all_: bool, limit: int | None
-) -> dict[str, Any]:
-    params: dict[str, Any] = {"all": all_}
-    for k, v in (("user", user), ("state", state), ("group", group), ("limit", limit)):
-        if v is not None:
-            params[k] = v
-    return params
 
 
 def request_headers(token: str | None, on_behalf_of: str | None = None) -> dict[str, str]:
@@ -263,22 +235,25 @@ class HaiClient:
         _raise_for(resp, self.connection.server, f"{method} {path}", expect)
         return resp
 
+    def _call(self, call: Call[T]) -> T:
+        resp = self._request(call.method, call.path, call.expect, **call.options())
+        return call.read(resp.json() if call.expect == JSON else resp.text)
+
     def health(self) -> dict[str, Any]:
-        return self._request("GET", "/health").json()
+        return self._call(endpoints.health())
 
     def whoami(self) -> dict[str, Any]:
-        return self._request("GET", f"{API}/whoami").json()
+        return self._call(endpoints.whoami())
 
     def resource_packages(self) -> list[ResourcePackageView]:
-        return _PACKAGES.validate_python(self._request("GET", f"{API}/resource-packages").json())
+        return self._call(endpoints.resource_packages())
 
     def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
-        body = _submit_body(spec, client_key)
-        return JobView.model_validate(self._request("POST", f"{API}/jobs", json=body).json())
+        return self._call(endpoints.submit(spec, client_key))
 
     def check_high_priority(self, gpus: int) -> dict[str, Any]:
         """Would `gpus` more high-priority GPUs fit the caller's quota now? {allowed, reason}."""
-        return self._request("GET", f"{API}/quota/check", params={"gpus": gpus}).json()
+        return self._call(endpoints.check_high_priority(gpus))
 
     def jobs(
         self,
@@ -288,43 +263,32 @@ class HaiClient:
         all: bool = False,
         limit: int | None = None,
     ) -> list[JobView]:
-        params = _job_params(user, state, group, all, limit)
-        return _JOBS.validate_python(self._request("GET", f"{API}/jobs", params=params).json())
+        return self._call(endpoints.jobs(user, state, group, all, limit))
 
     def job(self, job_id: int) -> JobDetailView:
-        return JobDetailView.model_validate(self._request("GET", f"{API}/jobs/{job_id}").json())
+        return self._call(endpoints.job(job_id))
 
     def job_by_key(self, client_key: str) -> JobView | None:
-        found = self._request("GET", f"{API}/jobs", params={"client_key": client_key, "all": True})
-        jobs = _JOBS.validate_python(found.json())
-        return jobs[0] if jobs else None
+        return self._call(endpoints.job_by_key(client_key))
 
     def instances(self, job_id: int) -> list[InstanceView]:
-        resp = self._request("GET", f"{API}/jobs/{job_id}/instances")
-        return _INSTANCES.validate_python(resp.json())
+        return self._call(endpoints.instances(job_id))
 
     def instance(self, instance_id: int) -> InstanceView:
-        return InstanceView.model_validate(self._request("GET", f"{API}/instances/{instance_id}").json())
+        return self._call(endpoints.instance(instance_id))
 
     def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
         """Long-poll: returns once the job's state differs from `since_state`, or at `timeout`."""
-        params: dict[str, Any] = {"timeout": timeout}
-        if since_state:
-            params["since_state"] = since_state
-        resp = self._request(
-            "GET", f"{API}/jobs/{job_id}/wait", params=params, timeout=timeout + 15
-        )
-        return JobView.model_validate(resp.json())
+        return self._call(endpoints.wait(job_id, since_state, timeout))
 
     def log(self, instance_id: int, tail: int = 0) -> str:
-        url = f"{API}/instances/{instance_id}/log"
-        return self._request("GET", url, expect=TEXT, params={"tail": tail}).text
+        return self._call(endpoints.log(instance_id, tail))
 
     def follow_log(self, instance_id: int, tail: int = 0) -> Iterator[str]:
         """The log as it grows, until the instance ends; `HaiConnectionLost` if the server answered and
         then went away, `HaiUnreachable` if it never answered."""
         params = {"tail": tail, "follow": True}
-        url = f"{API}/instances/{instance_id}/log"
+        url = endpoints.log_path(instance_id)
         answered = False
         try:
             with self._http.stream("GET", url, params=params) as resp:
@@ -337,40 +301,36 @@ class HaiClient:
             raise lost(self.connection.server, e.kind) from None
 
     def cancel(self, job_id: int) -> JobView:
-        return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/cancel").json())
+        return self._call(endpoints.cancel(job_id))
 
     def promote(self, job_id: int, max_schedule: int) -> JobView:
-        body = {"max_schedule": max_schedule}
-        resp = self._request("POST", f"{API}/jobs/{job_id}/promote", json=body)
-        return JobView.model_validate(resp.json())
+        return self._call(endpoints.promote(job_id, max_schedule))
 
     def suspend(self, job_id: int) -> JobView:
-        return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/suspend").json())
+        return self._call(endpoints.suspend(job_id))
 
     def resume(self, job_id: int) -> JobView:
-        return JobView.model_validate(self._request("POST", f"{API}/jobs/{job_id}/resume").json())
+        return self._call(endpoints.resume(job_id))
 
     def queue(self) -> list[QueueEntryView]:
-        return _QUEUE.validate_python(self._request("GET", f"{API}/queue").json())
+        return self._call(endpoints.queue())
 
     def quota(self) -> QuotaView:
         """The caller's and their group's quota and usage."""
-        return QuotaView.model_validate(self._request("GET", f"{API}/quota").json())
+        return self._call(endpoints.quota())
 
     def quotas(self) -> list[QuotaView]:
         """Every group the caller may see."""
-        return _QUOTAS.validate_python(self._request("GET", f"{API}/quotas").json())
+        return self._call(endpoints.quotas())
 
     def set_user_quota(self, user: str, gpus: int | None) -> QuotaView:
-        resp = self._request("PUT", f"{API}/quotas/users/{user}", json={"gpus": gpus})
-        return QuotaView.model_validate(resp.json())
+        return self._call(endpoints.set_user_quota(user, gpus))
 
     def set_group_quota(self, group: str, gpus: int | None) -> QuotaView:
-        resp = self._request("PUT", f"{API}/quotas/groups/{group}", json={"gpus": gpus})
-        return QuotaView.model_validate(resp.json())
+        return self._call(endpoints.set_group_quota(group, gpus))
 
     def nodes(self) -> list[NodeView]:
-        return _NODES.validate_python(self._request("GET", f"{API}/nodes").json())
+        return self._call(endpoints.nodes())
 
 
 class AsyncHaiClient:
@@ -409,18 +369,21 @@ class AsyncHaiClient:
         _raise_for(resp, self.connection.server, f"{method} {path}", expect)
         return resp
 
+    async def _call(self, call: Call[T]) -> T:
+        resp = await self._request(call.method, call.path, call.expect, **call.options())
+        return call.read(resp.json() if call.expect == JSON else resp.text)
+
     async def health(self) -> dict[str, Any]:
-        return (await self._request("GET", "/health")).json()
+        return await self._call(endpoints.health())
 
     async def whoami(self) -> dict[str, Any]:
-        return (await self._request("GET", f"{API}/whoami")).json()
+        return await self._call(endpoints.whoami())
 
     async def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
-        resp = await self._request("POST", f"{API}/jobs", json=_submit_body(spec, client_key))
-        return JobView.model_validate(resp.json())
+        return await self._call(endpoints.submit(spec, client_key))
 
     async def check_high_priority(self, gpus: int) -> dict[str, Any]:
-        return (await self._request("GET", f"{API}/quota/check", params={"gpus": gpus})).json()
+        return await self._call(endpoints.check_high_priority(gpus))
 
     async def jobs(
         self,
@@ -430,58 +393,47 @@ class AsyncHaiClient:
         all: bool = False,
         limit: int | None = None,
     ) -> list[JobView]:
-        params = _job_params(user, state, group, all, limit)
-        return _JOBS.validate_python((await self._request("GET", f"{API}/jobs", params=params)).json())
+        return await self._call(endpoints.jobs(user, state, group, all, limit))
 
     async def job(self, job_id: int) -> JobDetailView:
-        return JobDetailView.model_validate((await self._request("GET", f"{API}/jobs/{job_id}")).json())
+        return await self._call(endpoints.job(job_id))
 
     async def instances(self, job_id: int) -> list[InstanceView]:
-        resp = await self._request("GET", f"{API}/jobs/{job_id}/instances")
-        return _INSTANCES.validate_python(resp.json())
+        return await self._call(endpoints.instances(job_id))
 
     async def instance(self, instance_id: int) -> InstanceView:
-        resp = await self._request("GET", f"{API}/instances/{instance_id}")
-        return InstanceView.model_validate(resp.json())
+        return await self._call(endpoints.instance(instance_id))
 
     async def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
-        params: dict[str, Any] = {"timeout": timeout}
-        if since_state:
-            params["since_state"] = since_state
-        resp = await self._request(
-            "GET", f"{API}/jobs/{job_id}/wait", params=params, timeout=timeout + 15
-        )
-        return JobView.model_validate(resp.json())
+        return await self._call(endpoints.wait(job_id, since_state, timeout))
 
     async def log(self, instance_id: int, tail: int = 0) -> str:
-        url = f"{API}/instances/{instance_id}/log"
-        return (await self._request("GET", url, expect=TEXT, params={"tail": tail})).text
+        return await self._call(endpoints.log(instance_id, tail))
 
     async def follow_log(self, instance_id: int, tail: int = 0) -> AsyncIterator[str]:
         params = {"tail": tail, "follow": True}
+        url = endpoints.log_path(instance_id)
         try:
-            async with self._http.stream(
-                "GET", f"{API}/instances/{instance_id}/log", params=params, timeout=None
-            ) as resp:
+            async with self._http.stream("GET", url, params=params, timeout=None) as resp:
                 if not _succeeded(resp, TEXT):
                     await resp.aread()
-                    _raise_for(resp, self.connection.server, f"GET {API}/instances/{instance_id}/log", TEXT)
+                    _raise_for(resp, self.connection.server, f"GET {url}", TEXT)
                 async for chunk in resp.aiter_text():
                     yield chunk
         except httpx.TransportError as e:
             raise HaiUnreachable(self.connection.server, type(e).__name__) from None
 
     async def cancel(self, job_id: int) -> JobView:
-        return JobView.model_validate((await self._request("POST", f"{API}/jobs/{job_id}/cancel")).json())
+        return await self._call(endpoints.cancel(job_id))
 
     async def queue(self) -> list[QueueEntryView]:
-        return _QUEUE.validate_python((await self._request("GET", f"{API}/queue")).json())
+        return await self._call(endpoints.queue())
 
     async def quota(self) -> QuotaView:
-        return QuotaView.model_validate((await self._request("GET", f"{API}/quota")).json())
+        return await self._call(endpoints.quota())
 
     async def quotas(self) -> list[QuotaView]:
-        return _QUOTAS.validate_python((await self._request("GET", f"{API}/quotas")).json())
+        return await self._call(endpoints.quotas())
 
     async def nodes(self) -> list[NodeView]:
-        return _NODES.validate_python((await self._request("GET", f"{API}/nodes")).json())
+        return await self._call(endpoints.nodes())

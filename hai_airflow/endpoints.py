@@ -1,0 +1,188 @@
+"""The REST API as the clients call it: one `Call` per endpoint (method, path, arguments, and how the
+answer is read), shared by the blocking `HaiClient` and the asyncio `AsyncHaiClient`, so a route or
+its parameters are written once whatever the HTTP stack."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import TypeAdapter
+
+from hai_airflow.spec import (
+    InstanceView,
+    JobDetailView,
+    JobSpec,
+    JobView,
+    NodeView,
+    QueueEntryView,
+    QuotaView,
+    ResourcePackageView,
+    SubmitRequest,
+)
+
+API = "/api/v1"
+JSON = "application/json"
+TEXT = "text/plain"
+"""What hai answers with: JSON, and plain text for a log."""
+
+T = TypeVar("T")
+
+_JOBS = TypeAdapter(list[JobView])
+_INSTANCES = TypeAdapter(list[InstanceView])
+_QUEUE = TypeAdapter(list[QueueEntryView])
+_QUOTAS = TypeAdapter(list[QuotaView])
+_NODES = TypeAdapter(list[NodeView])
+_PACKAGES = TypeAdapter(list[ResourcePackageView])
+LONG_POLL_SLACK = 15.0
+"""A long-poll's request waits this much longer than the server holds it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One request and how its answer is read (`read` gets the JSON, or the text for TEXT)."""
+
+    method: str
+    path: str
+    read: Callable[[Any], T]
+    params: dict[str, Any] | None = None
+    body: Any = None
+    timeout: float | None = None
+    expect: str = JSON
+
+    def options(self) -> dict[str, Any]:
+        """The HTTP stack's keyword arguments: only those this call sets."""
+        out: dict[str, Any] = {}
+        if self.params is not None:
+            out["params"] = self.params
+        if self.body is not None:
+            out["json"] = self.body
+        if self.timeout is not None:
+            out["timeout"] = self.timeout
+        return out
+
+
+def _as_dict(data: Any) -> dict[str, Any]:
+    return dict(data)
+
+
+def _text(data: Any) -> str:
+    return str(data)
+
+
+def health() -> Call[dict[str, Any]]:
+    return Call("GET", "/health", _as_dict)
+
+
+def whoami() -> Call[dict[str, Any]]:
+    return Call("GET", f"{API}/whoami", _as_dict)
+
+
+def resource_packages() -> Call[list[ResourcePackageView]]:
+    return Call("GET", f"{API}/resource-packages", _PACKAGES.validate_python)
+
+
+def submit(spec: JobSpec, client_key: str | None = None) -> Call[JobView]:
+    body = SubmitRequest(spec=spec, client_key=client_key).model_dump(mode="json")
+    return Call("POST", f"{API}/jobs", JobView.model_validate, body=body)
+
+
+def check_high_priority(gpus: int) -> Call[dict[str, Any]]:
+    """Would `gpus` more high-priority GPUs fit the caller's quota now? {allowed, reason}."""
+    return Call("GET", f"{API}/quota/check", _as_dict, params={"gpus": gpus})
+
+
+def jobs(
+    user: str | None = None,
+    state: str | None = None,
+    group: str | None = None,
+    all: bool = False,
+    limit: int | None = None,
+) -> Call[list[JobView]]:
+    params: dict[str, Any] = {"all": all}
+    for k, v in (("user", user), ("state", state), ("group", group), ("limit", limit)):
+        if v is not None:
+            params[k] = v
+    return Call("GET", f"{API}/jobs", _JOBS.validate_python, params=params)
+
+
+def job(job_id: int) -> Call[JobDetailView]:
+    return Call("GET", f"{API}/jobs/{job_id}", JobDetailView.model_validate)
+
+
+def job_by_key(client_key: str) -> Call[JobView | None]:
+    def first(data: Any) -> JobView | None:
+        found = _JOBS.validate_python(data)
+        return found[0] if found else None
+
+    return Call("GET", f"{API}/jobs", first, params={"client_key": client_key, "all": True})
+
+
+def instances(job_id: int) -> Call[list[InstanceView]]:
+    return Call("GET", f"{API}/jobs/{job_id}/instances", _INSTANCES.validate_python)
+
+
+def instance(instance_id: int) -> Call[InstanceView]:
+    return Call("GET", f"{API}/instances/{instance_id}", InstanceView.model_validate)
+
+
+def wait(job_id: int, since_state: str | None = None, timeout: float = 30) -> Call[JobView]:
+    """Long-poll: answered once the job's state differs from `since_state`, or at `timeout`."""
+    params: dict[str, Any] = {"timeout": timeout}
+    if since_state:
+        params["since_state"] = since_state
+    return Call(
+        "GET", f"{API}/jobs/{job_id}/wait", JobView.model_validate, params, timeout=timeout + LONG_POLL_SLACK
+    )
+
+
+def log_path(instance_id: int) -> str:
+    return f"{API}/instances/{instance_id}/log"
+
+
+def log(instance_id: int, tail: int = 0) -> Call[str]:
+    return Call("GET", log_path(instance_id), _text, params={"tail": tail}, expect=TEXT)
+
+
+def cancel(job_id: int) -> Call[JobView]:
+    return Call("POST", f"{API}/jobs/{job_id}/cancel", JobView.model_validate)
+
+
+def promote(job_id: int, max_schedule: int) -> Call[JobView]:
+    body = {"max_schedule": max_schedule}
+    return Call("POST", f"{API}/jobs/{job_id}/promote", JobView.model_validate, body=body)
+
+
+def suspend(job_id: int) -> Call[JobView]:
+    return Call("POST", f"{API}/jobs/{job_id}/suspend", JobView.model_validate)
+
+
+def resume(job_id: int) -> Call[JobView]:
+    return Call("POST", f"{API}/jobs/{job_id}/resume", JobView.model_validate)
+
+
+def queue() -> Call[list[QueueEntryView]]:
+    return Call("GET", f"{API}/queue", _QUEUE.validate_python)
+
+
+def quota() -> Call[QuotaView]:
+    """The caller's and their group's quota and usage."""
+    return Call("GET", f"{API}/quota", QuotaView.model_validate)
+
+
+def quotas() -> Call[list[QuotaView]]:
+    """Every group the caller may see."""
+    return Call("GET", f"{API}/quotas", _QUOTAS.validate_python)
+
+
+def set_user_quota(user: str, gpus: int | None) -> Call[QuotaView]:
+    return Call("PUT", f"{API}/quotas/users/{user}", QuotaView.model_validate, body={"gpus": gpus})
+
+
+def set_group_quota(group: str, gpus: int | None) -> Call[QuotaView]:
+    return Call("PUT", f"{API}/quotas/groups/{group}", QuotaView.model_validate, body={"gpus": gpus})
+
+
+def nodes() -> Call[list[NodeView]]:
+    return Call("GET", f"{API}/nodes", _NODES.validate_python)
