@@ -262,8 +262,9 @@ class HaiClient:
         group: str | None = None,
         all: bool = False,
         limit: int | None = None,
+        before: int | None = None,
     ) -> list[JobView]:
-        return self._call(endpoints.jobs(user, state, group, all, limit))
+        return self._call(endpoints.jobs(user, state, group, all, limit, before))
 
     def job(self, job_id: int) -> JobDetailView:
         return self._call(endpoints.job(job_id))
@@ -392,8 +393,9 @@ class AsyncHaiClient:
         group: str | None = None,
         all: bool = False,
         limit: int | None = None,
+        before: int | None = None,
     ) -> list[JobView]:
-        return await self._call(endpoints.jobs(user, state, group, all, limit))
+        return await self._call(endpoints.jobs(user, state, group, all, limit, before))
 
     async def job(self, job_id: int) -> JobDetailView:
         return await self._call(endpoints.job(job_id))

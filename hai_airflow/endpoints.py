@@ -99,9 +99,11 @@ def jobs(
     group: str | None = None,
     all: bool = False,
     limit: int | None = None,
+    before: int | None = None,
 ) -> Call[list[JobView]]:
+    """Newest first; `before` (the last id of a page) gives the page after it."""
     params: dict[str, Any] = {"all": all}
-    for k, v in (("user", user), ("state", state), ("group", group), ("limit", limit)):
+    for k, v in (("user", user), ("state", state), ("group", group), ("limit", limit), ("before", before)):
         if v is not None:
             params[k] = v
     return Call("GET", f"{API}/jobs", _JOBS.validate_python, params=params)

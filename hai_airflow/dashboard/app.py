@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -15,6 +16,7 @@ from hai_airflow.client import AsyncHaiClient, HaiError, HaiUnreachable
 from hai_airflow.dashboard import data, svg
 from hai_airflow.dashboard import formatting as fmt
 from hai_airflow.dashboard.formatting import clock
+from hai_airflow.spec import JobState
 
 ClientFor = Callable[[Request], Awaitable[AsyncHaiClient]]
 """Builds the client a request is served with; raises `SignInRequired` when it has no credentials.
@@ -139,14 +141,12 @@ def create_dashboard_app(
         page = await data.nodes_page(c)
         return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=page)
 
-    @app.get("/jobs", include_in_schema=False)
-    async def find_job(request: Request, id: str = "") -> Response:
-        number = _job_number(id)
-        if number is None:
-            return pages.error(
-                request, 400, "Which job?", f"{id!r} is not a job id.", "Type a number such as 42"
-            )
-        return RedirectResponse(f"{base_path(request)}/jobs/{number}", status_code=303)
+    @app.get("/jobs", response_class=HTMLResponse)
+    async def jobs(
+        request: Request, c: Client, id: str = "", state: str = "", user: str = "", before: str = ""
+    ) -> Response:
+        """The task the search box names, or the task list (filters: state, user; a page at a time)."""
+        return await _task_list(pages, request, c, id, data.JobsFilter(state, user), before)
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     async def job(
@@ -208,3 +208,19 @@ def _job_number(typed: str) -> int | None:
     if not (number.isascii() and number.isdigit() and len(number) <= 18):
         return None
     return int(number)
+
+
+async def _task_list(
+    pages: Pages, request: Request, c: AsyncHaiClient, typed: str, f: data.JobsFilter, before: str
+) -> Response:
+    number = _job_number(typed or before)
+    if (typed or before) and number is None:
+        what = repr(typed) if typed else f"before={before!r}"
+        return pages.error(request, 400, "Which job?", f"{what} is not a job id.", "Type a number such as 42")
+    if typed:
+        return RedirectResponse(f"{base_path(request)}/jobs/{number}", status_code=303)
+    f = data.JobsFilter(f.state.strip().upper(), f.user.strip(), number)
+    page = await data.jobs_page(c, f)
+    older = urlencode({"state": f.state, "user": f.user, "before": page.older})
+    values: dict[str, Any] = {"states": list(JobState), "older_query": older}
+    return pages.render(request, "jobs.html", "Tasks", c.connection.server, data=page, **values)

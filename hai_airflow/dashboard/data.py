@@ -20,6 +20,8 @@ from hai_airflow.spec import (
 )
 
 UNFINISHED = "PENDING,STARTING,RUNNING,SUSPENDING,SUSPENDED"
+LIST_PAGE = 50
+"""Tasks on one page of the task list."""
 ACTIVE = "STARTING,RUNNING,SUSPENDING"
 LOG_TAIL_LINES = 200
 
@@ -69,6 +71,23 @@ class NodesPage:
     @property
     def free(self) -> int:
         return sum(len(g.node.free_gpus) for g in self.grids)
+
+
+@dataclass(frozen=True)
+class JobsFilter:
+    """What the task list shows: a state (or none), one user's tasks (or all the viewer may see)."""
+
+    state: str = ""
+    user: str = ""
+    before: int | None = None
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    filter: JobsFilter
+    jobs: tuple[JobView, ...]
+    older: int | None
+    """The `before` of the next page, when there may be one."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +158,15 @@ async def nodes_page(client: AsyncHaiClient) -> NodesPage:
     nodes, unfinished = await asyncio.gather(client.nodes(), client.jobs(all=True, state=UNFINISHED))
     grids = tuple(node_grid(n) for n in sorted(nodes, key=lambda n: n.name))
     return NodesPage(grids, {j.id: j for j in unfinished})
+
+
+async def jobs_page(client: AsyncHaiClient, f: JobsFilter) -> JobsPage:
+    """Newest first, a page at a time; the server decides whose tasks the viewer may list."""
+    found = await client.jobs(
+        user=f.user or None, state=f.state or None, all=True, limit=LIST_PAGE, before=f.before
+    )
+    older = found[-1].id if len(found) == LIST_PAGE else None
+    return JobsPage(f, tuple(found), older)
 
 
 async def job_page(client: AsyncHaiClient, job_id: int, instance_id: int | None, now: datetime) -> JobPage:

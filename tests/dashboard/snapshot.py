@@ -294,6 +294,18 @@ def _dump(models: Any) -> Any:
     return models.model_dump(mode="json")
 
 
+def _listed(s: Snapshot, params: httpx.QueryParams) -> list[JobDetailView]:
+    """The list endpoint's filters as the server applies them: state, user, newest first, paged."""
+    states = set(params.get("state", "").split(",")) - {""}
+    user, before = params.get("user"), int(params.get("before", 0)) or None
+    found = [
+        j
+        for j in sorted(s.jobs.values(), key=lambda j: -j.id)
+        if (not states or j.state in states) and user in (None, j.user) and (before is None or j.id < before)
+    ]
+    return found[: int(params.get("limit", 1000))]
+
+
 def transport(s: Snapshot, caller: str = "alice") -> httpx.MockTransport:
     """Answers the client's GETs from the snapshot; a wrong token gets the server's 401 body."""
 
@@ -317,9 +329,7 @@ def transport(s: Snapshot, caller: str = "alice") -> httpx.MockTransport:
         if parts == ["nodes"]:
             return _json(_dump(s.nodes))
         if parts == ["jobs"]:
-            states = set(params.get("state", "").split(",")) - {""}
-            found = [j for j in s.jobs.values() if not states or j.state in states]
-            return _json([j.model_dump(mode="json", exclude={"events"}) for j in found])
+            return _json([j.model_dump(mode="json", exclude={"events"}) for j in _listed(s, params)])
         if parts[0] == "jobs" and parts[1].isdigit():
             j = s.jobs.get(int(parts[1]))
             if j is None:

@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 
 from hai_airflow.client import AsyncHaiClient
+from hai_airflow.dashboard import data
 from hai_airflow.dashboard.app import SignInRequired, create_dashboard_app
 from tests.dashboard import snapshot
 from tests.dashboard.dom import Node, parse
@@ -140,6 +141,26 @@ def test_log_tail_says_whether_the_instance_ended(ui: TestClient) -> None:
 def test_errors_are_pages_that_say_what_failed(ui: TestClient, path: str, status: int, words: str) -> None:
     doc = page(ui, path, status)
     assert words in doc.one("div", id="error").text
+
+
+def test_the_task_list_filters_by_state_and_user_and_pages_newest_first(
+    ui: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def listed(doc: Node) -> list[str]:
+        rows = doc.one("table", id="jobs").find_all("tr")
+        return [r.attrs["data-job"] for r in rows if "data-job" in r.attrs]
+
+    everything = listed(page(ui, "/ui/jobs"))
+    assert everything == sorted(everything, key=int, reverse=True) and len(everything) >= 5
+    running = listed(page(ui, "/ui/jobs?state=running"))
+    assert running and set(running) < set(everything)
+    assert page(ui, "/ui/jobs?user=nobody").one("p", id="jobs-empty").text == "No task matches."
+    monkeypatch.setattr(data, "LIST_PAGE", 2)
+    first = page(ui, "/ui/jobs")
+    older = first.one("a", id="older").attrs["href"]
+    assert listed(first) == everything[:2] and older.endswith(f"before={everything[1]}")
+    assert listed(page(ui, older)) == everything[2:4]
+    assert "before='x' is not a job id" in page(ui, "/ui/jobs?before=x", 400).text
 
 
 def test_job_search_redirects_to_the_job(ui: TestClient) -> None:

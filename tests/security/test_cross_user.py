@@ -109,6 +109,14 @@ CASES = [
     pytest.param(Case("GET", "/ui/jobs?id={job}", NOT_HERS, MAY_SEE, shows="{secret}"), id="ui job finder"),
     pytest.param(Case("GET", "/ui/jobs/{job}", NOT_HERS, MAY_SEE, shows="{secret}"), id="ui job page"),
     pytest.param(
+        Case("GET", "/ui/jobs", {"bob": 200, "dave": 200}, MAY_SEE, shows="{secret}", public='"jobs-filter"'),
+        id="ui task list: her tasks for those who may see them",
+    ),
+    pytest.param(
+        Case("GET", "/ui/jobs?user=alice", {"bob": 403, "dave": 403}, MAY_SEE, shows="{secret}"),
+        id="ui task list of her tasks",
+    ),
+    pytest.param(
         Case("GET", "/ui/jobs/{job}/log?instance={instance}", NOT_HERS, MAY_SEE, shows="{secret}"),
         id="ui job log",
     ),

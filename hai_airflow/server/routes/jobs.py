@@ -95,7 +95,9 @@ def list_jobs(
     client_key: ClientKey | None = None,
     all: bool = False,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    before: Annotated[int | None, Query(ge=1, description="Only ids below this: the next page.")] = None,
 ) -> list[JobView]:
+    """Newest first; `before` (the last id of a page) gives the page after it."""
     states = _states(state)
     query = select(JobRow)
     if not caller.is_platform_admin:
@@ -124,6 +126,8 @@ def list_jobs(
             query = query.where(JobRow.user_name == caller.name)
         if states is not None:
             query = query.where(JobRow.state.in_(states))
+        if before is not None:
+            query = query.where(JobRow.id < before)
         rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit or DEFAULT_LIST_LIMIT)))
         ids = [r.current_instance_id for r in rows if r.current_instance_id]
         current = by_id.rows(s, InstanceRow, ids)
