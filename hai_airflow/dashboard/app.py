@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -143,10 +144,11 @@ def create_dashboard_app(
 
     @app.get("/jobs", response_class=HTMLResponse)
     async def jobs(
-        request: Request, c: Client, id: str = "", state: str = "", user: str = "", before: str = ""
+        request: Request, id: str = "", state: str = "", user: str = "", before: str = ""
     ) -> Response:
-        """The task the search box names, or the task list (filters: state, user; a page at a time)."""
-        return await _task_list(pages, request, c, id, data.JobsFilter(state, user), before)
+        """The task the search box names, or the task list (filters: state, user; a page at a time).
+        A bad id is answered before any sign-in is asked for."""
+        return await _task_list(pages, request, id, data.JobsFilter(state, user), before)
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     async def job(
@@ -210,9 +212,7 @@ def _job_number(typed: str) -> int | None:
     return int(number)
 
 
-async def _task_list(
-    pages: Pages, request: Request, c: AsyncHaiClient, typed: str, f: data.JobsFilter, before: str
-) -> Response:
+async def _task_list(pages: Pages, request: Request, typed: str, f: data.JobsFilter, before: str) -> Response:
     number = _job_number(typed or before)
     if (typed or before) and number is None:
         what = repr(typed) if typed else f"before={before!r}"
@@ -220,7 +220,8 @@ async def _task_list(
     if typed:
         return RedirectResponse(f"{base_path(request)}/jobs/{number}", status_code=303)
     f = data.JobsFilter(f.state.strip().upper(), f.user.strip(), number)
-    page = await data.jobs_page(c, f)
+    async with asynccontextmanager(_client)(request) as c:
+        page = await data.jobs_page(c, f)
     older = urlencode({"state": f.state, "user": f.user, "before": page.older})
     values: dict[str, Any] = {"states": list(JobState), "older_query": older}
     return pages.render(request, "jobs.html", "Tasks", c.connection.server, data=page, **values)
