@@ -236,8 +236,7 @@ class HaiClient:
         return resp
 
     def _call(self, call: Call[T]) -> T:
-        resp = self._request(call.method, call.path, call.expect, **call.options())
-        return call.read(resp.json() if call.expect == JSON else resp.text)
+        return call.answer(self._request(call.method, call.path, call.expect, **call.options()))
 
     def health(self) -> dict[str, Any]:
         return self._call(endpoints.health())
@@ -371,8 +370,7 @@ class AsyncHaiClient:
         return resp
 
     async def _call(self, call: Call[T]) -> T:
-        resp = await self._request(call.method, call.path, call.expect, **call.options())
-        return call.read(resp.json() if call.expect == JSON else resp.text)
+        return call.answer(await self._request(call.method, call.path, call.expect, **call.options()))
 
     async def health(self) -> dict[str, Any]:
         return await self._call(endpoints.health())

@@ -51,6 +51,10 @@ class Call(Generic[T]):
     timeout: float | None = None
     expect: str = JSON
 
+    def answer(self, resp: Any) -> T:
+        """What the successful response (either HTTP stack's) says, read as this call reads it."""
+        return self.read(resp.json() if self.expect == JSON else resp.text)
+
     def options(self) -> dict[str, Any]:
         """The HTTP stack's keyword arguments: only those this call sets."""
         out: dict[str, Any] = {}
