@@ -171,9 +171,7 @@ class _Instance:
     stop_requested: bool = False
     kill_at: float | None = None
     culprit: _Worker | None = None
-    """The first worker found failed; it decides the instance's exit code."""
-    failed_unasked: bool = False
-    """The culprit failed before anyone asked the instance to stop."""
+    """The first worker found failing before any stop was asked; it decides the instance's exit code."""
     ended: bool = False
 
 
@@ -545,14 +543,14 @@ class LocalBackend:
         for w in inst.workers:
             _check(w, exited)
         running = [w for w in inst.workers if not w.done]
-        if inst.culprit is None:
+        # Once a stop is asked, its own grace governs: a worker that saved and left is not a failure,
+        # and a second SIGTERM could reach another while its interpreter shuts down, unhandled.
+        if inst.culprit is None and not inst.stop_requested:
             inst.culprit = next((w for w in inst.workers if w.done and w.exit_code != 0), None)
-            if inst.culprit is not None:
-                inst.failed_unasked = not inst.stop_requested
-                if running:
-                    # The others would wait forever in a collective for the failed worker.
-                    self._signal(running, signal.SIGTERM)
-                    inst.kill_at = min(inst.kill_at or math.inf, now + self.options.failure_grace_seconds)
+            if inst.culprit is not None and running:
+                # The others would wait forever in a collective for the failed worker.
+                self._signal(running, signal.SIGTERM)
+                inst.kill_at = min(inst.kill_at or math.inf, now + self.options.failure_grace_seconds)
         if running and inst.kill_at is not None and now >= inst.kill_at:
             self._signal(running, signal.SIGKILL)
             inst.kill_at = None
@@ -651,7 +649,7 @@ def _exit_of(inst: _Instance) -> Exit:
         WorkerEnd.of_process(w.exit_code, w.node, f"its process (pid {w.pid}) vanished without an exit code")
         for w in inst.workers
     ]
-    first = inst.workers.index(inst.culprit) if inst.culprit is not None and inst.failed_unasked else None
+    first = inst.workers.index(inst.culprit) if inst.culprit is not None else None
     return gang_exit(inst.instance_id, ends, first, inst.stop_requested)
 
 

@@ -173,7 +173,8 @@ SAVES_ON_SIGTERM = """
 import os, signal, sys, time
 
 def save_and_leave(signum, frame):
-    time.sleep(0.5)  # a checkpoint being written
+    # a checkpoint being written
+    time.sleep(float(os.environ.get("SAVE_SECONDS_" + os.environ["RANK"], "0.5")))
     print("saved by rank", os.environ["RANK"], flush=True)
     sys.exit(75)
 
@@ -203,3 +204,24 @@ def test_an_elastic_stop_lets_every_worker_save_and_log_before_the_instance_exit
 def test_the_old_server_wide_launcher_option_is_refused_with_the_job_field_to_use() -> None:
     with pytest.raises(ValidationError, match=r"launcher is no longer a backend option.*`processes`"):
         LocalOptions(launcher="mpirun")
+
+
+def test_a_slow_saver_keeps_the_whole_grace_of_the_stop_after_another_worker_saved(cluster: Cluster) -> None:
+    # The failure grace (0.3 s) is for a gang whose worker failed unasked, not for one saving on notice.
+    backend = cluster.new_backend(failure_grace_seconds=0.3)
+    (cluster.code / "save.py").write_text(SAVES_ON_SIGTERM)
+    h = cluster.start(
+        "SAVE_SECONDS_0=0 SAVE_SECONDS_1=1.5 python3 save.py",
+        backend=backend,
+        mode="distributed",
+        gpus=((0,), (1,)),
+        elastic=True,
+    )
+    deadline = time.monotonic() + 5
+    while backend.read_log(h.instance_id).count("ready") < 2:
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.02)
+    backend.stop(h.instance_id, grace_seconds=10, notice=True)
+    ended = cluster.wait(h.instance_id, timeout=5, backend=backend)
+    assert (ended.exit_code, ended.reason) == (75, "exit code 75")
+    assert "[worker 1] [rank 1] saved by rank 1" in backend.read_log(h.instance_id)
