@@ -6,6 +6,7 @@ import os
 import tomllib
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,6 +25,8 @@ from hai_airflow.spec import (
     QueueEntryView,
     QuotaView,
     ResourcePackageView,
+    UsageHistoryView,
+    UsageView,
 )
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -262,8 +265,9 @@ class HaiClient:
         all: bool = False,
         limit: int | None = None,
         before: int | None = None,
+        selector: str | None = None,
     ) -> list[JobView]:
-        return self._call(endpoints.jobs(user, state, group, all, limit, before))
+        return self._call(endpoints.jobs(user, state, group, all, limit, before, selector))
 
     def job(self, job_id: int) -> JobDetailView:
         return self._call(endpoints.job(job_id))
@@ -280,6 +284,21 @@ class HaiClient:
     def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
         """Long-poll: returns once the job's state differs from `since_state`, or at `timeout`."""
         return self._call(endpoints.wait(job_id, since_state, timeout))
+
+    def usage(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str = "user",
+        user: str | None = None,
+        group: str | None = None,
+    ) -> list[UsageView]:
+        """GPU-hours, losses and waits over [since, until) per user or group (`hai usage`)."""
+        return self._call(endpoints.usage(since, until, by, user, group))
+
+    def jobs_revision(self, after: str | None = None, timeout: float = 0) -> str:
+        """Long-poll: the revision of your task list once it differs from `after`, or at `timeout`."""
+        return self._call(endpoints.jobs_revision(after, timeout))
 
     def log(self, instance_id: int, tail: int = 0) -> str:
         return self._call(endpoints.log(instance_id, tail))
@@ -312,6 +331,15 @@ class HaiClient:
     def resume(self, job_id: int) -> JobView:
         return self._call(endpoints.resume(job_id))
 
+    def requeue(self, job_id: int, fresh: bool = False) -> JobView:
+        return self._call(endpoints.requeue(job_id, fresh))
+
+    def hold(self, job_id: int) -> JobView:
+        return self._call(endpoints.hold(job_id))
+
+    def release(self, job_id: int) -> JobView:
+        return self._call(endpoints.release(job_id))
+
     def queue(self) -> list[QueueEntryView]:
         return self._call(endpoints.queue())
 
@@ -331,6 +359,13 @@ class HaiClient:
 
     def nodes(self) -> list[NodeView]:
         return self._call(endpoints.nodes())
+
+    def drain_node(self, name: str, reason: str | None = None) -> NodeView:
+        """No new placement on the node until `undrain_node` (platform admins)."""
+        return self._call(endpoints.drain_node(name, reason))
+
+    def undrain_node(self, name: str) -> NodeView:
+        return self._call(endpoints.undrain_node(name))
 
 
 class AsyncHaiClient:
@@ -392,8 +427,9 @@ class AsyncHaiClient:
         all: bool = False,
         limit: int | None = None,
         before: int | None = None,
+        selector: str | None = None,
     ) -> list[JobView]:
-        return await self._call(endpoints.jobs(user, state, group, all, limit, before))
+        return await self._call(endpoints.jobs(user, state, group, all, limit, before, selector))
 
     async def job(self, job_id: int) -> JobDetailView:
         return await self._call(endpoints.job(job_id))
@@ -406,6 +442,29 @@ class AsyncHaiClient:
 
     async def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
         return await self._call(endpoints.wait(job_id, since_state, timeout))
+
+    async def usage(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str = "user",
+        user: str | None = None,
+        group: str | None = None,
+    ) -> list[UsageView]:
+        return await self._call(endpoints.usage(since, until, by, user, group))
+
+    async def usage_history(
+        self,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str = "user",
+        user: str | None = None,
+        group: str | None = None,
+    ) -> UsageHistoryView:
+        return await self._call(endpoints.usage_history(since, until, by, user, group))
+
+    async def jobs_revision(self, after: str | None = None, timeout: float = 0) -> str:
+        return await self._call(endpoints.jobs_revision(after, timeout))
 
     async def log(self, instance_id: int, tail: int = 0) -> str:
         return await self._call(endpoints.log(instance_id, tail))

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
+from urllib.parse import quote
 
 from pydantic import TypeAdapter
 
@@ -19,7 +21,10 @@ from hai_airflow.spec import (
     QueueEntryView,
     QuotaView,
     ResourcePackageView,
+    RevisionView,
     SubmitRequest,
+    UsageHistoryView,
+    UsageView,
 )
 
 API = "/api/v1"
@@ -35,6 +40,7 @@ _QUEUE = TypeAdapter(list[QueueEntryView])
 _QUOTAS = TypeAdapter(list[QuotaView])
 _NODES = TypeAdapter(list[NodeView])
 _PACKAGES = TypeAdapter(list[ResourcePackageView])
+_USAGE = TypeAdapter(list[UsageView])
 LONG_POLL_SLACK = 15.0
 """A long-poll's request waits this much longer than the server holds it."""
 
@@ -104,12 +110,12 @@ def jobs(
     all: bool = False,
     limit: int | None = None,
     before: int | None = None,
+    selector: str | None = None,
 ) -> Call[list[JobView]]:
-    """Newest first; `before` (the last id of a page) gives the page after it."""
+    """Newest first; `before` (the last id of a page) gives the page after it; `selector` matches labels."""
     params: dict[str, Any] = {"all": all}
-    for k, v in (("user", user), ("state", state), ("group", group), ("limit", limit), ("before", before)):
-        if v is not None:
-            params[k] = v
+    given = {"user": user, "state": state, "group": group, "limit": limit, "before": before}
+    params.update({k: v for k, v in {**given, "selector": selector}.items() if v is not None})
     return Call("GET", f"{API}/jobs", _JOBS.validate_python, params=params)
 
 
@@ -143,6 +149,40 @@ def wait(job_id: int, since_state: str | None = None, timeout: float = 30) -> Ca
     )
 
 
+def jobs_revision(after: str | None = None, timeout: float = 0) -> Call[str]:
+    """Long-poll: the revision of the caller's task list once it differs from `after`, or at `timeout`."""
+    params: dict[str, Any] = {"timeout": timeout}
+    if after is not None:
+        params["after"] = after
+    return Call(
+        "GET",
+        f"{API}/jobs/revision",
+        lambda data: RevisionView.model_validate(data).revision,
+        params,
+        timeout=timeout + LONG_POLL_SLACK,
+    )
+
+
+def _usage_params(
+    since: datetime | None, until: datetime | None, by: str, user: str | None, group: str | None
+) -> dict[str, Any]:
+    given = {"since": since, "until": until, "user": user, "group": group}
+    return {"by": by} | {k: v.isoformat() if isinstance(v, datetime) else v for k, v in given.items() if v}
+
+
+def usage(
+    since: datetime | None, until: datetime | None, by: str, user: str | None, group: str | None
+) -> Call[list[UsageView]]:
+    return Call("GET", f"{API}/usage", _USAGE.validate_python, _usage_params(since, until, by, user, group))
+
+
+def usage_history(
+    since: datetime | None, until: datetime | None, by: str, user: str | None, group: str | None
+) -> Call[UsageHistoryView]:
+    params = _usage_params(since, until, by, user, group)
+    return Call("GET", f"{API}/usage/history", UsageHistoryView.model_validate, params)
+
+
 def log_path(instance_id: int) -> str:
     return f"{API}/instances/{instance_id}/log"
 
@@ -166,6 +206,20 @@ def suspend(job_id: int) -> Call[JobView]:
 
 def resume(job_id: int) -> Call[JobView]:
     return Call("POST", f"{API}/jobs/{job_id}/resume", JobView.model_validate)
+
+
+def requeue(job_id: int, fresh: bool = False) -> Call[JobView]:
+    """Run an ended job again as a new job (its answer), from its checkpoint unless `fresh`."""
+    body = {"fresh": fresh}
+    return Call("POST", f"{API}/jobs/{job_id}/requeue", JobView.model_validate, body=body)
+
+
+def hold(job_id: int) -> Call[JobView]:
+    return Call("POST", f"{API}/jobs/{job_id}/hold", JobView.model_validate)
+
+
+def release(job_id: int) -> Call[JobView]:
+    return Call("POST", f"{API}/jobs/{job_id}/release", JobView.model_validate)
 
 
 def queue() -> Call[list[QueueEntryView]]:
@@ -192,3 +246,12 @@ def set_group_quota(group: str, gpus: int | None) -> Call[QuotaView]:
 
 def nodes() -> Call[list[NodeView]]:
     return Call("GET", f"{API}/nodes", _NODES.validate_python)
+
+
+def drain_node(name: str, reason: str | None = None) -> Call[NodeView]:
+    body = {"reason": reason}
+    return Call("POST", f"{API}/nodes/{quote(name, safe='')}/drain", NodeView.model_validate, body=body)
+
+
+def undrain_node(name: str) -> Call[NodeView]:
+    return Call("POST", f"{API}/nodes/{quote(name, safe='')}/undrain", NodeView.model_validate)

@@ -25,6 +25,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
+from hai_airflow import labels as label_rules
+
 MaxScheduleHours = Literal[0, 4, 6, 8, 24, 48]
 MAX_SCHEDULE_CHOICES: tuple[int, ...] = get_args(MaxScheduleHours)
 """Allowed `--max-schedule` values (hours of expected queueing); 0 = low priority."""
@@ -47,9 +49,12 @@ class JobState(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
 
 
-TERMINAL_STATES: frozenset[JobState] = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+TERMINAL_STATES: frozenset[JobState] = frozenset(
+    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
+)
 MOVES: dict[tuple[JobState, JobState], str] = {
     (JobState.PENDING, JobState.STARTING): "the scheduler admits it; a new instance is claimed",
     (JobState.SUSPENDED, JobState.STARTING): "the scheduler admits it again; a new instance resumes it",
@@ -68,10 +73,12 @@ MOVES: dict[tuple[JobState, JobState], str] = {
     (JobState.RUNNING, JobState.SUSPENDED): "exit code 75 unasked (saved, resume me), or a lost instance",
     (JobState.SUSPENDING, JobState.SUSPENDED): "the instance ended, whatever its exit code",
     (JobState.SUSPENDING, JobState.CANCELLED): "cancelled while being suspended",
+    (JobState.RUNNING, JobState.TIMEOUT): "it reached its time limit (stopped with the notice and its grace)",
+    (JobState.SUSPENDED, JobState.TIMEOUT): "it reached its time limit while being suspended",
 }
 """Every legal move of a job's state (from, to) and when it happens; `transitions.move` refuses any
-other. A job is stored PENDING; SUCCEEDED, FAILED and CANCELLED are final."""
-EndReason = Literal["completed", "failed", "preempted", "cancelled", "lost", "suspended"]
+other. A job is stored PENDING; SUCCEEDED, FAILED, CANCELLED and TIMEOUT are final."""
+EndReason = Literal["completed", "failed", "preempted", "cancelled", "lost", "suspended", "timeout"]
 PriorityClass = Literal["high", "low"]
 
 
@@ -99,6 +106,8 @@ MAX_NAME_CHARS = 200
 """task_name (the store's column width)."""
 MAX_PATH_CHARS = 4096
 """code_path, model_dir (Linux PATH_MAX)."""
+MAX_DRAIN_REASON_CHARS = 500
+"""Why a node was drained: a line for `hai nodes`, not a report."""
 MAX_IMAGE_CHARS = 512
 """image, worker_image: a registry host, a 255-character repository name and a tag or digest."""
 MAX_GIT_BRANCH_CHARS = 255
@@ -116,6 +125,10 @@ MAX_SHM_MB = 1 << 20
 """Shared memory of a job, MB (1 TiB)."""
 MAX_PROJECT_STORAGES = 64
 """Project storages one job may mount."""
+MAX_DEPENDENCIES = 64
+"""Tasks one job may wait for (`after` and `after_any` together)."""
+MAX_TIME_LIMIT_SECONDS = 365 * 24 * 3600
+"""A job's time limit (a year: beyond it, leave the limit out)."""
 
 NUL = r"\x00"
 """Forbidden in all text: exec arguments, environment strings and C paths end at the first NUL."""
@@ -243,6 +256,10 @@ Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), _Text(NUL_
 """A task name."""
 PrincipalName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), _Text(NUL)]
 """A user or group name as a request names it (the store's column width)."""
+NodeName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), _Text(NUL)]
+"""A node name as a request names it (the store's column width)."""
+DrainReason = Annotated[str, Field(min_length=1, max_length=MAX_DRAIN_REASON_CHARS), _Text(NUL_OR_BLANK)]
+"""Why an admin drains a node, in a few words."""
 FilterText = Annotated[str, Field(max_length=MAX_NAME_CHARS), _Text(NUL)]
 """A filter in a query, e.g. job states: short, and no NUL (PostgreSQL refuses it in text)."""
 PathText = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), _Text(NUL_OR_BLANK)]
@@ -397,21 +414,52 @@ class _JobSpecBase(_Strict):
         le=3600,
         description="Seconds between the save notice and the kill; default 60 if elastic, else 0.",
     )
+    time_limit_seconds: int | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_TIME_LIMIT_SECONDS,
+        description="Seconds the job may run, over all its runs (suspended time does not count); then "
+        "it gets the save notice and its grace, and ends TIMEOUT. None: no limit.",
+    )
+    labels: dict[str, Annotated[str, Field(pattern=label_rules.VALUE_PATTERN)]] = Field(
+        default_factory=dict,
+        max_length=label_rules.MAX_LABELS,
+        json_schema_extra={"propertyNames": {"pattern": label_rules.KEY_PATTERN}},
+        description="Labels to find the job by (`hai task -l key=value`): keys and values of letters, "
+        "digits, '.', '_' and '-', at most 63 characters each.",
+    )
+    after: tuple[StoreNumber, ...] = Field(
+        default=(),
+        max_length=MAX_DEPENDENCIES,
+        description="Job ids that must succeed first (Slurm's afterok): this job waits until all of them "
+        "SUCCEEDED, and is cancelled if one of them ends otherwise.",
+    )
+    after_any: tuple[StoreNumber, ...] = Field(
+        default=(),
+        max_length=MAX_DEPENDENCIES,
+        description="Job ids that must end first, in any state (Slurm's afterany).",
+    )
 
-    @field_validator("project_storage", mode="before")
+    @field_validator("project_storage", "after", "after_any", mode="before")
     @classmethod
-    def _split_storage(cls, v: Any, info: ValidationInfo) -> Any:
-        # The CLI flag and operator arguments are text; a JSON body must send an array.
+    def _split_ids(cls, v: Any, info: ValidationInfo) -> Any:
+        # The CLI flags and operator arguments are text; a JSON body must send an array.
         if isinstance(v, str) and info.mode == "python":
             parts = [p.strip() for p in v.split(",") if p.strip()]
             try:
                 return tuple(int(p) for p in parts)
             except ValueError:
-                raise ValueError(
-                    "project_storage must be comma-separated project ids, e.g. 10111,10222"
-                ) from None
+                example = "10111,10222" if info.field_name == "project_storage" else "12,13"
+                raise ValueError(f"`{info.field_name}` must be comma-separated ids, e.g. {example}") from None
         # A JSON array reaches this as a list, which strict validation of a tuple refuses.
         return tuple(v) if isinstance(v, list) else v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_words(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            label_rules.check_value(label_rules.check_key(key), value)
+        return v
 
     @field_validator("env")
     @classmethod
@@ -613,6 +661,10 @@ class JobView(JobShapeView):
         description="The service identity (e.g. airflow) that submitted it on `user`'s behalf; "
         "null when the user submitted it.",
     )
+    requeued_from: int | None = Field(
+        default=None,
+        description="The ended job this one runs again (`hai requeue`); null for a job submitted anew.",
+    )
 
 
 class InstanceView(_View):
@@ -671,6 +723,52 @@ QueueJobView = Annotated[JobView | OtherJobView, Field(discriminator="visibility
 """A queued job: in full when the caller may see it, else only as `OtherJobView`."""
 
 
+class UsageView(_View):
+    """One row of `GET /usage`: a user's or a group's use over [since, until)."""
+
+    name: str = Field(description="The user or group.")
+    by: Literal["user", "group"]
+    since: datetime
+    until: datetime
+    jobs: int = Field(description="Jobs submitted in the window.")
+    ended: dict[str, int] = Field(description="Jobs that ended in the window, by final state.")
+    gpu_hours: float = Field(description="GPU-hours run in the window (GPUs x hours).")
+    high_gpu_hours: float = Field(description="Of those, by high-priority jobs.")
+    low_gpu_hours: float = Field(description="Of those, by low-priority jobs.")
+    lost_gpu_hours: float = Field(
+        description="GPU-hours of work lost to preemption or suspension (run past the latest checkpoint)."
+    )
+    waits: int = Field(description="Jobs that first started in the window.")
+    wait_p50_seconds: float | None = Field(description="Their median wait from submit to first start.")
+    wait_p95_seconds: float | None = Field(description="Their 95th percentile wait.")
+
+
+class UsageSeriesView(_View):
+    name: str = Field(description="The user or group.")
+    gpu_hours: tuple[float, ...] = Field(description="GPU-hours per day of `days`.")
+
+
+class UsageHistoryView(_View):
+    """`GET /usage/history`: use over [since, until) by UTC day, and the queue hour by hour."""
+
+    by: Literal["user", "group"]
+    since: datetime
+    until: datetime
+    days: tuple[datetime, ...] = Field(description="The start of each UTC day the window touches.")
+    series: tuple[UsageSeriesView, ...]
+    cluster_gpus: int = Field(description="GPUs of the cluster's nodes now: 24 GPU-hours each per day.")
+    waiting: tuple[int, ...] = Field(
+        description="Tasks waiting for their first start, hour by hour: the last at `until`."
+    )
+
+
+class RevisionView(_View):
+    """Where the tasks a caller may list stand: a new revision means one of them changed, or one was
+    submitted. Compare revisions for equality only."""
+
+    revision: str
+
+
 class QueueEntryView(_View):
     position: int
     job: QueueJobView
@@ -699,6 +797,42 @@ class QuotaView(_View):
     users: tuple[QuotaUsageView, ...] = ()
 
 
+NodeState = Literal["ready", "draining", "drained"]
+"""`ready`: takes new jobs; `draining`: drained by an admin, jobs still run on it; `drained`: drained
+and empty."""
+
+
+class NodeTaskShape(_View):
+    """What anyone may know of a job running on a node: its id, its state and what it uses there."""
+
+    id: int
+    state: JobState
+    gpus: tuple[int, ...] = Field(default=(), description="The GPU indices it holds on this node.")
+    cpus: float = 0
+    memory_gb: float = 0
+
+
+class NodeTaskView(NodeTaskShape):
+    """A job on a node that the caller may see (owner or admin), named."""
+
+    visibility: Literal["full"] = Field(default="full", description="`full`: the caller may see this job.")
+    task_name: str
+    user: str
+
+
+class OtherNodeTaskView(NodeTaskShape):
+    """Another user's job on a node: as `OtherJobView`, no name, owner or group."""
+
+    visibility: Literal["other"] = Field(default="other", description="`other`: another user's job.")
+    owner: Literal["another user's job"] = Field(
+        default=OTHER_USERS_JOB, description="Stands in for the task name and the user."
+    )
+
+
+NodeTask = Annotated[NodeTaskView | OtherNodeTaskView, Field(discriminator="visibility")]
+"""A job on a node: in full when the caller may see it, else only its id and use."""
+
+
 class NodeView(_View):
     name: str
     gpu_type: str
@@ -706,8 +840,20 @@ class NodeView(_View):
     cpus: float
     memory_gb: float
     virtual: bool
-    free_gpus: tuple[int, ...]
+    free_gpus: tuple[int, ...] = Field(description="GPU indices no instance holds (reserved ones included).")
     holders: dict[int, int] = Field(default_factory=dict, description="GPU index -> job id.")
+    reserved_for: dict[int, int] = Field(
+        default_factory=dict,
+        description="GPU index -> the waiting high-priority job it is kept for (the jobs suspended for "
+        "it may still hold some).",
+    )
+    cpus_used: float = 0
+    memory_gb_used: float = 0
+    tasks: tuple[NodeTask, ...] = Field(default=(), description="The jobs running here, by id.")
+    state: NodeState = "ready"
+    drained_by: str | None = Field(default=None, description="The admin who drained it.")
+    drained_at: datetime | None = None
+    reason: str | None = Field(default=None, description="Why it was drained, as the admin said.")
 
 
 class ResourcePackageView(ResourcePackage):

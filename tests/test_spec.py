@@ -54,7 +54,7 @@ def submit(**spec: Any) -> SubmitRequest:
         pytest.param(CpuJobSpec, {**BASE, "git_branch": "main"}, "git_branch", "only valid when",
                      id="git branch without git"),
         pytest.param(CpuJobSpec, {**BASE, "project_storage": "10111,abc"}, "project_storage",
-                     "comma-separated project ids", id="storage ids not numbers"),
+                     "comma-separated ids, e.g. 10111,10222", id="storage ids not numbers"),
         pytest.param(CpuJobSpec, {**BASE, "project_storage": "10111,-2"}, "project_storage",
                      "greater than or equal", id="negative storage id"),
         pytest.param(CpuJobSpec, {**BASE, "shm": 0}, "shm", "greater than 0", id="zero shared memory"),

@@ -311,7 +311,8 @@ def spec_page() -> str:
         "# Job spec reference\n\n",
         DO_NOT_EDIT.format(source="hai_airflow/spec.py"),
         "What a job is: the `spec` of `POST /api/v1/jobs`, what `hai create` and `hai submit` send, "
-        "and the arguments of the Airflow operators. `mode` picks the kind; a request must send it. "
+        "what a job file for `hai create -f` holds ([CLI guide](../cli.md#a-task-from-a-file)), and the "
+        "arguments of the Airflow operators. `mode` picks the kind; a request and a job file must send it. "
         "A field left out takes its default; an unknown field is refused (422, naming it).\n\n",
     ]
     for mode, model in models.items():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import pydantic
 import typer
@@ -115,3 +116,34 @@ def async_client_for(flags: ServerFlags, timeout: float = 30.0) -> AsyncHaiClien
     """The asyncio twin of `client_for`, for waiting on several long-polls at once."""
     merged = flags.over(ROOT_FLAGS.get())
     return AsyncHaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)
+
+
+T = TypeVar("T")
+
+RECONNECT_FOR_SECONDS = 300.0
+"""How long a follow or a wait keeps trying to reach a server that answered and went away (e.g. while
+it restarts); one that never answered is not waited for."""
+
+RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
+"""Pauses between reconnect attempts; the last one repeats."""
+
+
+def reconnect(
+    client: HaiClient, ask: Callable[[], T], status: Any = None, within: float = RECONNECT_FOR_SECONDS
+) -> T:
+    """Ask again, pausing longer each time, until the server that went away answers (what `ask()`
+    returns), for at most `within` seconds; then its `HaiUnreachable`. `status`, a rich Status on a
+    terminal, says what it waits for."""
+    deadline = time.monotonic() + within
+    attempt = 0
+    while True:
+        pause = RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)]
+        attempt += 1
+        if status is not None:
+            status.update(f"lost the server at {client.connection.server}; reconnecting (attempt {attempt})")
+        time.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+        try:
+            return ask()
+        except HaiUnreachable:
+            if time.monotonic() >= deadline:
+                raise

@@ -1,4 +1,5 @@
-"""Steering tasks: `hai promote`, `hai cancel`, the admins' `hai suspend`/`hai resume`; one id or several."""
+"""Steering tasks: `hai promote`, `hai cancel`, `hai requeue`, `hai hold`/`hai release`, the admins'
+`hai suspend`/`hai resume`; one id or several."""
 
 from __future__ import annotations
 
@@ -100,6 +101,54 @@ def resume(
     chosen = task_ids(ids, task_id, "resume")
     act_on_each(
         connection, chosen, HaiClient.resume, lambda job: f"resumed task {job.id} (now {job.state})", out
+    )
+
+
+@with_flags()
+def requeue(
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    fresh: Annotated[
+        bool,
+        typer.Option("--fresh", help="Start from scratch instead of the task's latest checkpoint."),
+    ] = False,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
+) -> None:
+    """Run failed, cancelled or timed-out tasks again: each as a new task with the same spec, owner and
+    quota checks, resuming from its latest checkpoint (`hai requeue 12`, `hai requeue 12 --fresh`)."""
+    chosen = task_ids(ids, task_id, "requeue")
+
+    def line(job: JobView) -> str:
+        how = f"from its checkpoint {job.latest_checkpoint}" if job.latest_checkpoint else "from the start"
+        return f"requeued task {job.requeued_from} as task {job.id} ({how})"
+
+    act_on_each(connection, chosen, lambda c, i: c.requeue(i, fresh), line, out)
+
+
+@with_flags()
+def hold(
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
+) -> None:
+    """Keep waiting tasks (pending, or suspended and waiting to resume) from starting until `hai release`."""
+    chosen = task_ids(ids, task_id, "hold")
+    act_on_each(connection, chosen, HaiClient.hold, lambda job: f"held task {job.id} (now {job.state})", out)
+
+
+@with_flags()
+def release(
+    ids: TaskIdArguments = None,
+    task_id: TaskIdFlags = None,
+    connection: ServerFlags = ServerFlags(),
+    out: OutputFlags = OutputFlags(),
+) -> None:
+    """Let held tasks be scheduled again: your own holds (group admins release any hold)."""
+    chosen = task_ids(ids, task_id, "release")
+    act_on_each(
+        connection, chosen, HaiClient.release, lambda job: f"released task {job.id} (now {job.state})", out
     )
 
 

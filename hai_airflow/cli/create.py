@@ -1,27 +1,34 @@
-"""`hai create`: submit a training job with the platform document's full set of flags."""
+"""`hai create`: submit a training job with the platform document's full set of flags, or from a job file."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import dataclasses
+from typing import Annotated, Any, Literal, TextIO
 
 import typer
 
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import choice, completes, with_flags
+from hai_airflow.cli.ids import complete_packages
 from hai_airflow.cli.jobspec import (
-    REQUIRED,
+    CodePathOption,
     GpuJobFlags,
     GpuTypeOption,
+    ImageOption,
     JobFlags,
     SubmitFlags,
+    TaskNameOption,
+    WorkerImageOption,
     build_spec,
+    image_fields,
+    spec_from_file,
 )
-from hai_airflow.cli.output import OutputFlags, emit, say
+from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
 from hai_airflow.cli.wait import wait_and_report
 from hai_airflow.spec import JobSpec
 
-CREATE_FLAGS = {"grace_seconds": "--grace"}
+CREATE_FLAGS = {"grace_seconds": "--grace", "time_limit_seconds": "--time-limit"}
 
 DOCUMENT_ORDER = (
     "task_name", "model_id", "project_id", "mode", "code_src", "code_path", "git_branch", "model_dir",
@@ -30,16 +37,25 @@ DOCUMENT_ORDER = (
 """`hai create --help` lists the platform document's flags in the document's order, the rest after."""
 
 
+FileOption = Annotated[
+    typer.FileText | None,
+    typer.Option(
+        "--filename",
+        "-f",
+        metavar="FILE",
+        encoding="utf-8",
+        help="Create the task from a job file (- reads stdin): YAML or JSON with the spec's fields, `mode` "
+        "included; `hai task N -o yaml` prints one. It holds the whole task, so no job flag may stand "
+        "beside it; --wait, --client-key, -o and the connection flags may.",
+        show_default=False,
+    ),
+]
+
+
 @with_flags(order=DOCUMENT_ORDER)
 def create(
-    task_name: Annotated[
-        str,
-        typer.Option(
-            "--task-name",
-            metavar="TEXT",
-            help="Task name; Chinese and English both work. 任务名称，支持中英文",
-        ),
-    ] = REQUIRED,
+    ctx: typer.Context,
+    task_name: TaskNameOption = None,
     mode: Annotated[
         Literal["standalone", "distributed"],
         typer.Option(
@@ -51,35 +67,22 @@ def create(
             "--workers machines of --worker-resource-pkg each). 训练模式: 单机等",
         ),
     ] = "standalone",
-    code_path: Annotated[
-        str,
-        typer.Option(
-            "--code-path",
-            metavar="TEXT",
-            help="Code directory (the job starts cd'd there) or git repository. 代码路径",
-        ),
-    ] = REQUIRED,
-    image: Annotated[
-        str | None,
-        typer.Option(
-            "--image",
-            metavar="TEXT",
-            help="Docker image of the job. Default: local (run without a container). docker镜像地址",
-        ),
-    ] = None,
+    code_path: CodePathOption = None,
+    image: ImageOption = None,
     resource_pkg: Annotated[
         int | None,
         typer.Option(
             "--resource-pkg",
+            autocompletion=complete_packages,
             metavar="INTEGER",
             help="Resource package id; list them with `hai res`. For --mode distributed it is the "
             "package of one worker unless --worker-resource-pkg is given. 资源套餐ID，请用hai res获取",
         ),
     ] = None,
     cmd: Annotated[
-        str,
+        str | None,
         typer.Option("--cmd", metavar="TEXT", help='Start command, e.g. "python3 training.py". 启动命令'),
-    ] = REQUIRED,
+    ] = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -89,18 +92,12 @@ def create(
             "worker数目",
         ),
     ] = None,
-    worker_image: Annotated[
-        str | None,
-        typer.Option(
-            "--worker-image",
-            metavar="TEXT",
-            help="Distributed only: image of each worker (must have Horovod). Default: --image. worker镜像",
-        ),
-    ] = None,
+    worker_image: WorkerImageOption = None,
     worker_resource_pkg: Annotated[
         int | None,
         typer.Option(
             "--worker-resource-pkg",
+            autocompletion=complete_packages,
             metavar="INTEGER",
             help="Distributed only: resource package of one worker, usually a whole 8-GPU machine. "
             "worker资源组",
@@ -109,31 +106,37 @@ def create(
     gpu_type: GpuTypeOption = None,
     job: JobFlags = JobFlags(),
     gpu_job: GpuJobFlags = GpuJobFlags(),
+    file: FileOption = None,
     submit: SubmitFlags = SubmitFlags(),
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
     """Create a training task (创建托管训练任务). Prints `created task ID`; -o json prints the whole job.
+    A task name, code path and command are required, unless -f gives a job file.
 
     \b
     Example:
     hai create --task-name=hai-test --model-id=31 --project-id=10209
     --code-path=/workspace/nas-data --project-storage=10209,10210 --max-schedule=24
     --image=registry/platform_horovod:v1.1 --resource-pkg=457 --cmd="python3 training.py" --wait
+    hai task 42 -o yaml > job.yaml; hai create -f job.yaml
     """
+    if file is not None:
+        spec = _job_file_spec(ctx, file)
+        submit_and_report(spec, submit, connection, out)
+        return
     fields: dict[str, Any] = {
         "task_name": task_name,
         "code_path": code_path,
-        "image": image,
         "cmd": cmd,
         "gpu_type": gpu_type,
+        **image_fields(mode, image, worker_image),
         **job.fields(),
         **gpu_job.fields(),
     }
     if mode == "distributed":
         fields |= {
             "workers": workers,
-            "worker_image": worker_image,
             "worker_resource_pkg": worker_resource_pkg if worker_resource_pkg is not None else resource_pkg,
         }
     else:
@@ -141,11 +144,42 @@ def create(
         fields |= {
             "resource_pkg": resource_pkg,
             "workers": workers,
-            "worker_image": worker_image,
             "worker_resource_pkg": worker_resource_pkg,
         }
     spec = build_spec(mode, fields, CREATE_FLAGS, "create")
     submit_and_report(spec, submit, connection, out)
+
+
+NOT_JOB_FLAGS = frozenset(
+    {
+        "file",
+        *(f.name for group in (SubmitFlags, ServerFlags, OutputFlags) for f in dataclasses.fields(group)),
+    }
+)
+"""What `hai create -f` takes beside the file: how to submit, where, and how to print the result."""
+
+
+def _typed(ctx: typer.Context, name: str | None) -> bool:
+    """Whether the command line gave this parameter (typer bundles its own click: the source's name)."""
+    source = ctx.get_parameter_source(name or "")
+    return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
+
+
+def _job_file_spec(ctx: typer.Context, file: TextIO) -> JobSpec:
+    """The spec in -f's file. Job flags beside it are refused rather than merged: the file is the whole
+    task, as `hai task N -o yaml` printed it, and nothing on the command line changes it unseen."""
+    given = [p.opts[0] for p in ctx.command.params if p.name not in NOT_JOB_FLAGS and _typed(ctx, p.name)]
+    if given:
+        usage_error(
+            f"{', '.join(given)} cannot be given with -f: the job file holds the whole task. Put "
+            f"{'them' if len(given) > 1 else 'it'} in the file, or leave out -f"
+        )
+    source = "<stdin>" if file.name in ("<stdin>", "-") else file.name
+    try:
+        text = file.read()
+    except UnicodeDecodeError:
+        usage_error(f"{source} is not UTF-8 text. Save it as UTF-8")
+    return spec_from_file(text, source)
 
 
 def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlags, out: OutputFlags) -> None:

@@ -12,7 +12,7 @@ from hai_airflow.cli.connection import ServerFlags, client_for, exit_code_for
 from hai_airflow.cli.flags import choice, completes
 from hai_airflow.cli.output import error_line, usage_error
 from hai_airflow.client import HaiError
-from hai_airflow.spec import JobState
+from hai_airflow.spec import TERMINAL_STATES, JobState
 
 COMPLETION_SECONDS = 2.0
 """The most a completion may spend asking the server; a slow or absent server completes nothing."""
@@ -56,11 +56,26 @@ def _completion_flags(ctx: typer.Context) -> ServerFlags:
     return merged
 
 
+UNFINISHED = tuple(s for s in JobState if s not in TERMINAL_STATES)
+COMPLETED_STATES: dict[str, tuple[str, ...]] = {
+    "cancel": UNFINISHED,
+    "promote": UNFINISHED,
+    "suspend": (JobState.RUNNING,),
+    "resume": (JobState.SUSPENDED,),
+    "hold": (JobState.PENDING, JobState.SUSPENDED),
+    "release": (JobState.PENDING, JobState.SUSPENDED),
+    "requeue": tuple(s for s in JobState if s in TERMINAL_STATES and s != JobState.SUCCEEDED),
+}
+"""The states of the tasks a command's completion offers: those it can act on (any, for the rest)."""
+
+
 def complete_task_ids(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
-    """Your newest task ids, each with its state and name; nothing if the server does not answer in time."""
+    """Your newest task ids the command can act on, each with its state and name; nothing if the
+    server does not answer in time."""
+    states = COMPLETED_STATES.get(ctx.info_name or "")
     try:
         with client_for(_completion_flags(ctx), timeout=COMPLETION_SECONDS) as client:
-            jobs = client.jobs(limit=COMPLETION_LIMIT)
+            jobs = client.jobs(limit=COMPLETION_LIMIT, state=",".join(states) if states else None)
     except Exception:
         # Completion runs inside the user's shell: any failure must stay silent.
         return []
@@ -84,6 +99,20 @@ def complete_instance_ids(ctx: typer.Context, incomplete: str) -> list[tuple[str
     except Exception:
         return found
     return [(value, text) for value, text in found if value.startswith(incomplete)]
+
+
+def complete_packages(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """The server's resource packages, each with its GPUs; nothing if the server does not answer in time."""
+    try:
+        with client_for(_completion_flags(ctx), timeout=COMPLETION_SECONDS) as client:
+            packages = client.resource_packages()
+    except Exception:
+        return []
+    return [
+        (str(p.id), f"{p.name}: {p.gpus}x{p.gpu_type}, {p.cpus:g} CPUs, {p.memory_gb:g} GB")
+        for p in packages
+        if str(p.id).startswith(incomplete)
+    ]
 
 
 TaskIdArguments = Annotated[

@@ -13,8 +13,11 @@ import typer
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from hai_airflow import durations
+from hai_airflow import labels as label_rules
 from hai_airflow.cli.flags import choice, completes
-from hai_airflow.cli.output import usage_error
+from hai_airflow.cli.output import error_line, note, usage_error
+from hai_airflow.jobfile import Document, YamlProblem, read_yaml
 from hai_airflow.spec import (
     MAX_SCHEDULE_CHOICES,
     PROCESSES_HELP,
@@ -26,10 +29,6 @@ from hai_airflow.spec import (
     StandaloneJobSpec,
 )
 
-REQUIRED: Any = ...
-"""Default of a required flag (typer reads `...` as required); lets `hai create --help` list flags in
-the platform document's order, where required and optional flags alternate."""
-
 MAX_SCHEDULE_METAVAR = "[" + "|".join(str(c) for c in MAX_SCHEDULE_CHOICES) + "]"
 
 SPEC_MODELS: dict[str, type[BaseModel]] = {
@@ -38,7 +37,54 @@ SPEC_MODELS: dict[str, type[BaseModel]] = {
     "distributed": DistributedJobSpec,
 }
 
+FLAG_SPELLINGS = {"name": "task-name", "code-dir": "code-path"}
+"""The platform document spells these flags twice: `hai create --task-name --code-path --image` and
+`hai submit standalone --name --code-dir --worker-image`. The first spelling, the spec's field names,
+is the one every job command lists; the second (left) is accepted by every job command unlisted."""
+
+
+def _accepting(spellings: Mapping[str, str]) -> dict[str, Any]:
+    """A command's context settings that read each spelling on the left as the flag on the right."""
+    return {"token_normalize_func": lambda name: spellings.get(name, name)}
+
+
+JOB_COMMAND = _accepting(FLAG_SPELLINGS)
+"""`hai create` and `hai submit distributed`, where --worker-image is a flag of its own."""
+ONE_WORKER_COMMAND = _accepting({**FLAG_SPELLINGS, "worker-image": "image"})
+"""`hai submit standalone` and `hai submit cpu`: a task of one worker, whose image is --image."""
+
 # The help texts pair an English explanation with the platform document's own words.
+TaskNameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--task-name", metavar="TEXT", help="Task name; Chinese and English both work. 任务名称，支持中英文"
+    ),
+]
+CodePathOption = Annotated[
+    str | None,
+    typer.Option(
+        "--code-path",
+        metavar="TEXT",
+        help="Code directory (the job starts cd'd there) or git repository. 代码路径",
+    ),
+]
+ImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--image",
+        metavar="TEXT",
+        help="Docker image of the job. Default: local (run without a container). docker镜像地址",
+    ),
+]
+WorkerImageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--worker-image",
+        metavar="TEXT",
+        help="Distributed: the image of each worker (it must have Horovod); default: --image. Standalone: "
+        "another name for --image. worker镜像",
+    ),
+]
 ModelIdOption = Annotated[
     int | None,
     typer.Option(
@@ -90,6 +136,23 @@ ProjectStorageOption = Annotated[
         "[可选] 待挂载项目存储，填写项目ID，多个请用逗号分割. eg: 10111,10222",
     ),
 ]
+AfterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--after",
+        metavar="IDS",
+        help="[optional] Start only after these tasks succeeded (comma-separated ids, like Slurm's "
+        "--dependency=afterok); cancelled if one of them ends otherwise.",
+    ),
+]
+AfterAnyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--after-any",
+        metavar="IDS",
+        help="[optional] Start only after these tasks ended, however they ended (afterany).",
+    ),
+]
 MaxScheduleOption = Annotated[
     int,
     typer.Option(
@@ -130,6 +193,26 @@ GraceOption = Annotated[
         "Default: 60 with --elastic, else 0.",
     ),
 ]
+
+
+def duration_seconds(value: str) -> int:
+    """A duration flag's value in seconds (`4h`, `90m`, `1:30:00`); a refusal that shows the forms."""
+    try:
+        return durations.parse(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
+TimeLimitOption = Annotated[
+    int | None,
+    typer.Option(
+        "--time-limit",
+        metavar="DURATION",
+        parser=duration_seconds,
+        help="[optional] Run time allowed over all runs (4h, 90m, 2d, 1:30:00); suspended time does "
+        "not count. At the limit the task gets the save notice and its grace, then ends TIMEOUT.",
+    ),
+]
 PROCESSES_CHOICES: tuple[Processes, ...] = get_args(Processes)
 ProcessesOption = Annotated[
     str | None,
@@ -145,6 +228,14 @@ ProcessesOption = Annotated[
 EnvOption = Annotated[
     list[str] | None,
     typer.Option("--env", metavar="KEY=VALUE", help="Extra environment variable for the job; repeatable."),
+]
+LabelOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--label",
+        metavar="KEY=VALUE",
+        help="A label to find the task by (`hai task -l team=vision`); repeatable.",
+    ),
 ]
 ClientKeyOption = Annotated[
     str | None,
@@ -166,6 +257,16 @@ def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
             usage_error(f"--env {pair!r} is not KEY=VALUE. Write it like --env LR=0.1")
         env[key] = value
     return env
+
+
+def parse_labels(pairs: Sequence[str] | None) -> dict[str, str] | None:
+    """`--label KEY=VALUE` flags as labels (None: none given)."""
+    if not pairs:
+        return None
+    try:
+        return label_rules.parse_pairs(list(pairs))
+    except ValueError as error:
+        usage_error(f"--label: {error}. Write it like --label team=vision")
 
 
 def join_command(words: Sequence[str]) -> str:
@@ -191,6 +292,64 @@ def build_spec(mode: Mode, fields: Mapping[str, Any], flags: Mapping[str, str], 
         problem = describe_error(error.errors()[0], flags, mode)
         usage_error(f"{problem}. See `hai {command} --help`")
     return spec
+
+
+def image_fields(mode: Mode, image: str | None, worker_image: str | None) -> dict[str, Any]:
+    """--image and --worker-image as spec fields: a distributed task's workers run --worker-image, else
+    --image; a CPU or standalone task has one worker, so there --worker-image is its --image."""
+    if mode == "distributed":
+        return {"image": image or worker_image, "worker_image": worker_image}
+    if image and worker_image and image != worker_image:
+        usage_error(
+            f"--image {image} and --worker-image {worker_image} name two images for a {mode} task, which "
+            "runs one. Give only one of them"
+        )
+    return {"image": image or worker_image}
+
+
+def spec_from_file(text: str, source: str) -> JobSpec:
+    """A job file's spec, checked by the models the server uses; each problem is an `Error:` line
+    naming the field and its line in the file (exit 2), and nothing is submitted.
+
+    :param text: the file: YAML, or JSON, which YAML reads too.
+    :param source: its name in messages (the path, or `<stdin>`).
+    """
+    try:
+        document = read_yaml(text)
+    except YamlProblem as unreadable:
+        usage_error(_at(source, unreadable.line, unreadable.message))
+    data = document.data
+    if not isinstance(data, dict):
+        found = "nothing" if data is None else f"a {type(data).__name__}"
+        usage_error(
+            f"{source} holds {found}; a job file maps the spec's fields to values (task_name: train, "
+            "mode: standalone, ...). `hai task N -o yaml` prints one to start from"
+        )
+    mode = data.get("mode")
+    if not (isinstance(mode, str) and mode in SPEC_MODELS):
+        given = "is required" if mode is None else f"is {mode!r}"
+        where = document.line_of(("mode",))
+        usage_error(_at(source, where, f"mode {given}; it must be one of {', '.join(SPEC_MODELS)}"))
+    try:
+        spec: JobSpec = SPEC_MODELS[mode].model_validate(absolute_code_path(data))  # type: ignore[assignment]
+    except ValidationError as error:
+        *first, last = _file_problems(error, document, source, mode)
+        for problem in first:
+            note(error_line(problem))
+        usage_error(last)
+    return spec
+
+
+def _file_problems(error: ValidationError, document: Document, source: str, mode: str) -> list[str]:
+    """Each problem in the file's words (its field names), in the order of the file's lines."""
+    names = {str(name): str(name) for name in (*SPEC_MODELS[mode].model_fields, *document.data)}
+    found = [(document.line_of(e["loc"]), describe_error(e, names, mode)) for e in error.errors()]
+    found.sort(key=lambda problem: problem[0] or 0)
+    return [_at(source, line, message) for line, message in found]
+
+
+def _at(source: str, line: int | None, message: str) -> str:
+    return f"{source} line {line}: {message}" if line is not None else f"{source}: {message}"
 
 
 def absolute_code_path(data: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +407,10 @@ class JobFlags:
     max_schedule: MaxScheduleOption = 0
     shm: ShmOption = None
     env: EnvOption = None
+    time_limit: TimeLimitOption = None
+    after: AfterOption = None
+    after_any: AfterAnyOption = None
+    label: LabelOption = None
 
     def fields(self) -> dict[str, Any]:
         """These flags as spec fields (None = not given, so the spec's default applies)."""
@@ -261,6 +424,10 @@ class JobFlags:
             "max_schedule": self.max_schedule,
             "shm": self.shm,
             "env": parse_env(self.env),
+            "time_limit_seconds": self.time_limit,
+            "after": self.after,
+            "after_any": self.after_any,
+            "labels": parse_labels(self.label),
         }
 
 
@@ -288,7 +455,7 @@ class SubmitFlags:
         typer.Option(
             "--wait",
             help="After submitting, wait for the task to end; the exit code is its outcome, as with "
-            "`hai wait` (0 succeeded, 1 failed or cancelled, 124 --wait-timeout passed).",
+            "`hai wait` (0 succeeded, 1 failed, cancelled or TIMEOUT, 124 --wait-timeout passed).",
         ),
     ] = False
     wait_timeout: Annotated[

@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 import sys
-import time
 from contextlib import AbstractContextManager, nullcontext
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.connection import ServerFlags, connect, reconnect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArgument, complete_instance_ids, complete_task_ids
 from hai_airflow.cli.output import fail, note, standing, stdout_is_terminal, usage_error
 from hai_airflow.client import HaiClient, HaiConnectionLost, HaiUnreachable
 from hai_airflow.spec import TERMINAL_STATES
-
-RECONNECT_FOR_SECONDS = 300.0
-"""How long `--follow` keeps trying to reach a server that answered and went away (e.g. while it
-restarts); one that never answered is not waited for."""
-
-RECONNECT_BACKOFF = (0.5, 1.0, 2.0, 5.0)
-"""Pauses between reconnect attempts; the last one repeats."""
 
 RESUME_MARK = 4096
 """Characters of the output already printed that locate where to resume after a reconnect."""
@@ -169,22 +161,8 @@ def follow_with_reconnect(client: HaiClient, instance_id: int, tail: int) -> Non
 
 def _reconnect(client: HaiClient, instance_id: int, printed: str) -> int:
     """Wait for the server to answer again; return how many characters of the whole log were printed."""
-    deadline = time.monotonic() + RECONNECT_FOR_SECONDS
-    attempt = 0
     with _reconnect_status() as status:
-        while True:
-            pause = RECONNECT_BACKOFF[min(attempt, len(RECONNECT_BACKOFF) - 1)]
-            attempt += 1
-            if status is not None:
-                status.update(
-                    f"lost the server at {client.connection.server}; reconnecting (attempt {attempt})"
-                )
-            time.sleep(pause)
-            try:
-                return resume_offset(client.log(instance_id, tail=0), printed)
-            except HaiUnreachable:
-                if time.monotonic() > deadline:
-                    raise
+        return reconnect(client, lambda: resume_offset(client.log(instance_id, tail=0), printed), status)
 
 
 def _write(text: str) -> None:

@@ -12,11 +12,12 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from hai_airflow.cli import airflow_cmd, control, quota, submit
+from hai_airflow.cli import airflow_cmd, control, nodes, quota, submit
 from hai_airflow.cli.connection import PRECEDENCE, ROOT_FLAGS, ServerFlags
 from hai_airflow.cli.create import create
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.instance import instance
+from hai_airflow.cli.jobspec import JOB_COMMAND
 from hai_airflow.cli.log import log
 from hai_airflow.cli.output import error_line, help_without_subcommand
 from hai_airflow.cli.queue_cmd import queue
@@ -24,6 +25,7 @@ from hai_airflow.cli.res import res
 from hai_airflow.cli.serve import serve
 from hai_airflow.cli.sim import sim
 from hai_airflow.cli.task import task
+from hai_airflow.cli.usage import usage
 from hai_airflow.cli.wait import wait
 
 
@@ -111,7 +113,7 @@ app = typer.Typer(
     "are plain space-aligned text; colour only on a terminal and never with NO_COLOR.\n\n"
     f"Connection: {PRECEDENCE}\n\n"
     "Exit codes: 0 ok, 1 the operation failed or was refused, 2 bad usage or input; `hai wait` and "
-    "--wait: 0 succeeded, 1 failed or cancelled, 124 timed out.\n\n"
+    "--wait: 0 succeeded, 1 failed, cancelled or out of time (TIMEOUT), 124 timed out.\n\n"
     "`hai --install-completion` installs shell completion (task and instance ids come from the server).",
     cls=HaiGroup,
     rich_markup_mode=None,
@@ -148,7 +150,7 @@ def root(
 
 
 app.command()(res)
-app.command()(create)
+app.command(context_settings=JOB_COMMAND)(create)
 app.add_typer(submit.app, name="submit")
 app.command()(wait)
 app.command()(task)
@@ -158,8 +160,14 @@ app.command()(control.promote)
 app.command()(control.cancel)
 app.command()(control.suspend)
 app.command()(control.resume)
+app.command()(control.requeue)
+app.command()(control.hold)
+app.command()(control.release)
 app.command()(queue)
 app.add_typer(quota.app, name="quota")
+app.command()(nodes.nodes)
+app.add_typer(nodes.app, name="node")
+app.command()(usage)
 app.command()(serve)
 app.command()(sim)
 app.add_typer(airflow_cmd.app, name="airflow")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,11 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 from hai_airflow.cli.flags import choice, completes
+from hai_airflow.jobfile import to_yaml
 from hai_airflow.spec import JobState, JobView, WorkerPlacementView
 
 NONE = "-"
 
-Format = Literal["table", "wide", "json", "yaml", "name"]
+Format = Literal["table", "wide", "json", "yaml", "name", "csv"]
 
 STATE_STYLES: dict[str, str] = {
     JobState.PENDING: "yellow",
@@ -35,6 +36,7 @@ STATE_STYLES: dict[str, str] = {
     JobState.SUCCEEDED: "bold green",
     JobState.FAILED: "bold red",
     JobState.CANCELLED: "dim",
+    JobState.TIMEOUT: "red",
 }
 """Colours of job states in tables on a terminal (never when piped, never with NO_COLOR)."""
 
@@ -61,18 +63,19 @@ class Section:
 
 @dataclass(frozen=True)
 class OutputFlags:
-    """How a command prints what it shows: `-o json|yaml|wide|name`, `--json`, `--no-headers`."""
+    """How a command prints what it shows: `-o json|yaml|wide|name|csv`, `--json`, `--no-headers`."""
 
     output: Annotated[
-        Literal["json", "yaml", "wide", "name"] | None,
+        Literal["json", "yaml", "wide", "name", "csv"] | None,
         typer.Option(
             "--output",
             "-o",
-            metavar="json|yaml|wide|name",
-            parser=choice("json", "yaml", "wide", "name"),
-            autocompletion=completes("json", "yaml", "wide", "name"),
+            metavar="json|yaml|wide|name|csv",
+            parser=choice("json", "yaml", "wide", "name", "csv"),
+            autocompletion=completes("json", "yaml", "wide", "name", "csv"),
             help="json/yaml: the API's records (for programs); wide: a table with more columns; "
-            "name: only the ids, one per line. Default: a table.",
+            "name: only the ids, one per line; csv: the wide table's columns as CSV (for a "
+            "spreadsheet). Default: a table.",
             show_default=False,
         ),
     ] = None
@@ -127,6 +130,9 @@ def emit(
         for row in [data] if isinstance(data, BaseModel) else data:
             typer.echo(str(name(row)))
         return
+    if fmt == "csv":
+        write_csv([data] if isinstance(data, BaseModel) else data, columns, not out.no_headers)
+        return
     shown = [c for c in columns if fmt == "wide" or not c.wide]
     headers = not out.no_headers
     tables: list[Grid] = []
@@ -140,6 +146,14 @@ def emit(
         if s.rows:
             tables.append(rows_grid(s.rows, s.columns, s.title if headers else None, headers))
     print_grids(tables)
+
+
+def write_csv(rows: Sequence[Any], columns: Sequence[Column], headers: bool) -> None:
+    """The rows as CSV on stdout, every column (the wide ones too), the cells as a table shows them."""
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    if headers:
+        writer.writerow(c.header for c in columns)
+    writer.writerows(["" if (v := c.cell(row)) is None else _text(v) for c in columns] for row in rows)
 
 
 def help_without_subcommand(ctx: typer.Context) -> None:
@@ -294,58 +308,6 @@ def plain_table(grid: Grid) -> str:
             cells.append(pad + text if justify == "right" else text + pad)
         out.append("  ".join(cells).rstrip())
     return "".join(line + "\n" for line in out)
-
-
-# ---- YAML -----------------------------------------------------------------------------------
-
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _yaml_scalar(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return json.dumps(value)
-    # A JSON string is a valid YAML double-quoted scalar, so nothing can be misread (yes, 0755, 1e3).
-    return json.dumps(str(value), ensure_ascii=False)
-
-
-def _yaml_key(key: str) -> str:
-    return (
-        key if _PLAIN_KEY.match(key) and key not in ("null", "true", "false", "y", "n") else _yaml_scalar(key)
-    )
-
-
-def _yaml_lines(value: Any, indent: int) -> list[str]:
-    pad = " " * indent
-    if isinstance(value, dict):
-        if not value:
-            return [pad + "{}"]
-        lines = []
-        for key, item in value.items():
-            if isinstance(item, dict | list) and item:
-                lines.append(f"{pad}{_yaml_key(str(key))}:")
-                lines += _yaml_lines(item, indent + 2)
-            else:
-                lines.append(f"{pad}{_yaml_key(str(key))}: {_yaml_lines(item, 0)[0]}")
-        return lines
-    if isinstance(value, list):
-        if not value:
-            return [pad + "[]"]
-        lines = []
-        for item in value:
-            nested = _yaml_lines(item, indent + 2)
-            lines.append(f"{pad}- {nested[0].lstrip()}")
-            lines += nested[1:]
-        return lines
-    return [pad + _yaml_scalar(value)]
-
-
-def to_yaml(payload: Any) -> str:
-    """JSON-shaped data as block YAML with every string double-quoted; no dependency beyond the stdlib."""
-    return "\n".join(_yaml_lines(payload, 0))
 
 
 # ---- cell formatters ------------------------------------------------------------------------

@@ -11,7 +11,20 @@ import typer
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.create import submit_and_report
 from hai_airflow.cli.flags import with_flags
-from hai_airflow.cli.jobspec import GpuJobFlags, JobFlags, SubmitFlags, build_spec, join_command
+from hai_airflow.cli.jobspec import (
+    JOB_COMMAND,
+    ONE_WORKER_COMMAND,
+    CodePathOption,
+    GpuJobFlags,
+    ImageOption,
+    JobFlags,
+    SubmitFlags,
+    TaskNameOption,
+    WorkerImageOption,
+    build_spec,
+    image_fields,
+    join_command,
+)
 from hai_airflow.cli.output import OutputFlags, help_without_subcommand, note, usage_error
 from hai_airflow.scheduling.packages import offered, smallest_package
 from hai_airflow.spec import ResourcePackageView
@@ -30,36 +43,17 @@ def submit_group(ctx: typer.Context) -> None:
 
 
 SUBMIT_FLAGS = {
-    "task_name": "--name",
-    "code_path": "--code-dir",
-    "image": "--worker-image",
-    "worker_image": "--worker-image",
     "resource_pkg": "--gpus",
     "worker_resource_pkg": "--gpus",
     "cmd": "CMD",
     "grace_seconds": "--grace",
+    "time_limit_seconds": "--time-limit",
     "memory_gb": "--memory",
 }
-CPU_FLAGS = {**SUBMIT_FLAGS, "image": "--image"}
 
 PLACEHOLDER_PACKAGE = 0
 """Stands in for the package while the flags are checked, before the server is asked for the real one."""
 
-NameOption = Annotated[
-    str, typer.Option("--name", metavar="TEXT", help="Task name; Chinese and English both work.")
-]
-CodeDirOption = Annotated[
-    str,
-    typer.Option(
-        "--code-dir", metavar="TEXT", help="Code directory (the job starts cd'd there) or git repository."
-    ),
-]
-WorkerImageOption = Annotated[
-    str | None,
-    typer.Option(
-        "--worker-image", metavar="TEXT", help="Docker image of the job. Default: local (no container)."
-    ),
-]
 SubmitGpuTypeOption = Annotated[
     str | None,
     typer.Option(
@@ -147,16 +141,16 @@ def _submit_on_package(
     submit_and_report(build_spec(mode, fields, SUBMIT_FLAGS, f"submit {mode}"), submit, connection, out)
 
 
-@app.command()
+@app.command(context_settings=ONE_WORKER_COMMAND)
 @with_flags()
 def standalone(
-    name: NameOption,
-    code_dir: CodeDirOption,
+    task_name: TaskNameOption,
+    code_path: CodePathOption,
     command: CommandArgument,
     gpus: Annotated[int, typer.Option("--gpus", metavar="INTEGER", help="GPUs on one machine.")] = 1,
     gpu_type: SubmitGpuTypeOption = None,
     exact: ExactOption = False,
-    worker_image: WorkerImageOption = None,
+    image: ImageOption = None,
     job: JobFlags = JobFlags(),
     gpu_job: GpuJobFlags = GpuJobFlags(),
     submit: SubmitFlags = SubmitFlags(),
@@ -169,18 +163,19 @@ def standalone(
     Example (the platform document's):
     hai submit standalone --name=gpu-job --gpus=1 --worker-image=tensorflow/tensorflow:1.5.0-devel-gpu
     --gpu-type=p100 --code-dir=/workspace/cpfs-data/tensorflow-sample-code "python3 train.py"
+    (--name, --code-dir and --worker-image are its spellings of --task-name, --code-path and --image.)
     """
-    fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
-    fields |= {**gpu_job.fields(), "image": worker_image}
+    fields = {"task_name": task_name, "code_path": code_path, "cmd": join_command(command), **job.fields()}
+    fields |= {**gpu_job.fields(), "image": image}
     ask = GpuAsk(gpus, gpu_type, exact)
     _submit_on_package("standalone", "resource_pkg", fields, ask, submit, connection, out)
 
 
-@app.command()
+@app.command(context_settings=JOB_COMMAND)
 @with_flags()
 def distributed(
-    name: NameOption,
-    code_dir: CodeDirOption,
+    task_name: TaskNameOption,
+    code_path: CodePathOption,
     command: CommandArgument,
     workers: Annotated[
         int,
@@ -193,14 +188,8 @@ def distributed(
     ] = 8,
     gpu_type: SubmitGpuTypeOption = None,
     exact: ExactOption = False,
-    worker_image: Annotated[
-        str | None,
-        typer.Option(
-            "--worker-image",
-            metavar="TEXT",
-            help="Image of every worker; it must have Horovod. Default: local (no container).",
-        ),
-    ] = None,
+    image: ImageOption = None,
+    worker_image: WorkerImageOption = None,
     job: JobFlags = JobFlags(),
     gpu_job: GpuJobFlags = GpuJobFlags(),
     submit: SubmitFlags = SubmitFlags(),
@@ -208,36 +197,28 @@ def distributed(
     out: OutputFlags = OutputFlags(),
 ) -> None:
     """Multi-machine Horovod training: --workers workers of --gpus GPUs each. Prints `created task ID`."""
-    fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
-    fields |= {
-        **gpu_job.fields(),
-        "image": worker_image,
-        "worker_image": worker_image,
-        "workers": workers,
-    }
+    fields = {"task_name": task_name, "code_path": code_path, "cmd": join_command(command), **job.fields()}
+    fields |= {**gpu_job.fields(), **image_fields("distributed", image, worker_image), "workers": workers}
     ask = GpuAsk(gpus, gpu_type, exact, per_worker=True)
     _submit_on_package("distributed", "worker_resource_pkg", fields, ask, submit, connection, out)
 
 
-@app.command()
+@app.command(context_settings=ONE_WORKER_COMMAND)
 @with_flags()
 def cpu(
-    name: NameOption,
-    code_dir: CodeDirOption,
+    task_name: TaskNameOption,
+    code_path: CodePathOption,
     command: CommandArgument,
     cpus: Annotated[float, typer.Option("--cpus", metavar="FLOAT", help="CPU cores.")] = 1,
     memory: Annotated[float, typer.Option("--memory", metavar="GB", help="Memory in GB.")] = 1,
-    image: Annotated[
-        str | None,
-        typer.Option("--image", metavar="TEXT", help="Docker image. Default: local (no container)."),
-    ] = None,
+    image: ImageOption = None,
     job: JobFlags = JobFlags(),
     submit: SubmitFlags = SubmitFlags(),
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
     """A CPU stage, such as preprocessing, that holds no GPU; it may end by submitting the GPU stage."""
-    fields = {"task_name": name, "code_path": code_dir, "cmd": join_command(command), **job.fields()}
+    fields = {"task_name": task_name, "code_path": code_path, "cmd": join_command(command), **job.fields()}
     fields |= {"image": image, "cpus": cpus, "memory_gb": memory}
-    spec = build_spec("cpu", fields, CPU_FLAGS, "submit cpu")
+    spec = build_spec("cpu", fields, SUBMIT_FLAGS, "submit cpu")
     submit_and_report(spec, submit, connection, out)

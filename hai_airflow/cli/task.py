@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from hai_airflow import durations
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import StateOption, TaskIdArguments, TaskIdFlags, each
@@ -25,6 +26,7 @@ from hai_airflow.cli.output import (
 )
 from hai_airflow.cli.watch import watch
 from hai_airflow.client import HaiClient
+from hai_airflow.jobfile import job_file
 from hai_airflow.spec import TERMINAL_STATES, EventView, JobDetailView, JobView
 
 WatchOption = Annotated[
@@ -63,6 +65,16 @@ def processes(job: JobView) -> str | None:
     return f"{chosen} ({count} process{'es' if count != 1 else ''})"
 
 
+def time_limit(job: JobView) -> str | None:
+    """`4h (1h30m left)` while it may run, `4h` once ended; None without a limit."""
+    limit = job.spec.get("time_limit_seconds")
+    if not limit:
+        return None
+    if job.state in TERMINAL_STATES:
+        return durations.text(limit)
+    return f"{durations.text(limit)} ({durations.text(max(0, limit - round(job.runtime_seconds)))} left)"
+
+
 def job_columns(now: datetime, with_user: bool) -> tuple[Column, ...]:
     """`hai task`'s columns; USER where the listing can span users, and always with -o wide."""
     return (
@@ -76,6 +88,7 @@ def job_columns(now: datetime, with_user: bool) -> tuple[Column, ...]:
         Column("GPUS", gpus),
         Column("AGE", lambda j: age(j.submitted_at, now), "right"),
         Column("SUBMITTED", lambda j: when(j.submitted_at), wide=True),
+        Column("ENDED", lambda j: when(j.ended_at), wide=True),
         Column("RUNTIME", lambda j: duration(j.runtime_seconds), "right"),
         Column("PREEMPTIONS", lambda j: j.preemptions, "right"),
         Column("PLACEMENT", lambda j: placement(j.placement), wide=True),
@@ -103,9 +116,12 @@ JOB_DETAIL_COLUMNS = (
     Column("command", lambda j: j.spec.get("cmd")),
     Column("submitted", lambda j: when(j.submitted_at)),
     Column("submitted via", lambda j: j.submitted_via),
+    Column("requeued from", lambda j: j.requeued_from and f"task {j.requeued_from}"),
     Column("started", lambda j: when(j.started_at)),
     Column("ended", lambda j: when(j.ended_at)),
     Column("runtime", lambda j: duration(j.runtime_seconds)),
+    Column("time limit", time_limit),
+    Column("labels", lambda j: ", ".join(f"{k}={v}" for k, v in sorted(j.spec.get("labels", {}).items()))),
     Column("instances", lambda j: j.instances),
     Column("preemptions", lambda j: j.preemptions),
     Column("latest checkpoint", lambda j: j.latest_checkpoint),
@@ -147,11 +163,25 @@ def task(
     limit: Annotated[
         int | None, typer.Option("--limit", metavar="INTEGER", help="At most this many tasks, newest first.")
     ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector",
+            "-l",
+            metavar="SELECTOR",
+            help="Only tasks whose labels match: team=vision, stage!=eval, gpu (has it), !draft; "
+            "comma-separated, all must hold.",
+        ),
+    ] = None,
     watch_: WatchOption = False,
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
-    """List your training tasks and their status (列出训练任务列表和状态); `hai task 42`: one in detail."""
+    """List your training tasks and their status (列出训练任务列表和状态); `hai task 42`: one in detail.
+
+    `hai task 42 -o yaml` prints task 42's spec as a job file, which `hai create -f` takes again;
+    -o json prints the whole record.
+    """
     chosen = list(dict.fromkeys([*(ids or ()), *(task_id or ())]))
 
     def draw(client: HaiClient) -> dict[int, str] | None:
@@ -161,7 +191,7 @@ def task(
             if code:
                 raise typer.Exit(code)
             return {j.id: j.state for j in shown if j.state not in TERMINAL_STATES} or None
-        jobs = client.jobs(user=user, state=state_filter, all=all_, limit=limit)
+        jobs = client.jobs(user=user, state=state_filter, all=all_, limit=limit, selector=selector)
         columns = job_columns(datetime.now(UTC), with_user=all_ or user is not None)
         emit(jobs, columns, out=out, empty="no tasks; submit one with `hai create` or `hai submit`")
         return {j.id: j.state for j in jobs if j.state not in TERMINAL_STATES}
@@ -173,7 +203,12 @@ def task(
 
 
 def show_tasks(jobs: Sequence[JobDetailView], out: OutputFlags, several: bool) -> None:
-    """Tasks as records, each followed by its events; as data, one object (or a list for several ids)."""
+    """Tasks as records, each followed by its events; as JSON, one object (or a list for several ids);
+    as YAML, each one's spec as a job file for `hai create -f` (several as `---`-separated documents)."""
+    if out.format == "yaml":
+        if jobs:
+            typer.echo("\n---\n".join(job_file(job.spec) for job in jobs))
+        return
     if out.is_data or out.format == "name":
         if jobs:
             emit(list(jobs) if several else jobs[0], JOB_DETAIL_COLUMNS, out=out)

@@ -13,11 +13,11 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.connection import RECONNECT_FOR_SECONDS, ServerFlags, connect, reconnect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, state_option, task_ids
 from hai_airflow.cli.output import OutputFlags, emit, say, standing, stdout_is_terminal, usage_error
-from hai_airflow.client import HaiClient
+from hai_airflow.client import HaiClient, HaiUnreachable
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
 
 TIMED_OUT = 124
@@ -88,7 +88,11 @@ def await_task(
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return Outcome(job, reached=False, timed_out=True)
-        job = client.wait(job_id, since_state=job.state, timeout=min(remaining, POLL_SECONDS))
+        try:
+            job = client.wait(job_id, since_state=job.state, timeout=min(remaining, POLL_SECONDS))
+        except HaiUnreachable:
+            # It answered before: it is restarting, or the network blinked. Go on once it answers.
+            job = reconnect(client, lambda: client.job(job_id), status, min(RECONNECT_FOR_SECONDS, remaining))
 
 
 def progress_status(out: OutputFlags) -> AbstractContextManager[Any]:
@@ -145,7 +149,7 @@ def wait(
     """Wait for tasks to end (or reach --for STATE); the exit code is the outcome.
 
     \b
-    Exit codes: 0 succeeded (or reached --for STATE), 1 failed or cancelled (or ended without
+    Exit codes: 0 succeeded (or reached --for STATE), 1 failed, cancelled or TIMEOUT (or ended without
     reaching it), 124 --timeout passed first, 2 bad usage. One line per task: `task 42 SUCCEEDED`.
     Example: hai wait 42 43 --timeout 3600 && echo all done
     """

@@ -16,10 +16,11 @@ import typer
 
 from hai_airflow.cli.connection import ServerFlags, async_client_for, connect
 from hai_airflow.cli.output import stdout_is_terminal
-from hai_airflow.client import HaiClient
+from hai_airflow.client import HaiClient, HaiError
 
 REFRESH_SECONDS = 10.0
-"""The longest a view goes unredrawn: new tasks (which no long-poll can announce) appear within it."""
+"""The longest a view goes unredrawn (should a long-poll miss a change, or the server not have the
+task list's long-poll)."""
 
 WATCHED_AT_MOST = 50
 """Long-polls held at once; a longer listing is redrawn on a change of its first tasks or on refresh."""
@@ -30,18 +31,23 @@ Draw = Callable[[HaiClient], Mapping[int, str] | None]
 """Prints the view once and returns the tasks to watch (id -> state), or None when nothing can change."""
 
 
-async def _any_change(connection: ServerFlags, watched: Mapping[int, str], timeout: float) -> None:
-    """Return when any watched task leaves its state, or after `timeout` seconds.
+async def _any_change(
+    connection: ServerFlags, watched: Mapping[int, str], revision: str | None, timeout: float
+) -> None:
+    """Return when any watched task leaves its state, the task list moves on from `revision` (a task
+    submitted, one changed), or after `timeout` seconds.
 
     A poll the server refuses (the task vanished from view) is no change; only the refresh redraws then.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     async with async_client_for(connection, timeout=timeout + 15) as client:
-        pending = {
+        pending: set[asyncio.Future[object]] = {
             asyncio.ensure_future(client.wait(job_id, since_state=state, timeout=timeout))
             for job_id, state in list(watched.items())[:WATCHED_AT_MOST]
         }
+        if revision is not None:
+            pending.add(asyncio.ensure_future(client.jobs_revision(after=revision, timeout=timeout)))
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -77,6 +83,14 @@ def ctrl_c_raises() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+def _revision(client: HaiClient) -> str | None:
+    """The task list's revision before a draw; None from a server without the long-poll."""
+    try:
+        return client.jobs_revision()
+    except HaiError:
+        return None
+
+
 def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
     """Draw the view, then redraw it on every change until Ctrl-C (or until nothing can change)."""
     terminal = stdout_is_terminal()
@@ -88,6 +102,7 @@ def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
                 if terminal:
                     sys.stdout.write(CLEAR)
                     typer.echo(f"{command} (watching; Ctrl-C to stop)  {datetime.now():%H:%M:%S}\n")
+                revision = _revision(client)
                 watched = draw(client)
                 if not terminal:
                     typer.echo("")
@@ -95,7 +110,7 @@ def watch(connection: ServerFlags, command: str, draw: Draw) -> NoReturn:
                 if watched is None:
                     raise typer.Exit(0)
                 with contextlib.suppress(Exception):
-                    runner.run(_any_change(connection, watched, REFRESH_SECONDS))
+                    runner.run(_any_change(connection, watched, revision, REFRESH_SECONDS))
     except (KeyboardInterrupt, asyncio.CancelledError):
         # Ctrl-C (the CancelledError too, should the runner's own handling ever be in place): stopped
         # by the user.

@@ -108,7 +108,7 @@ def create_dashboard_app(
     token_form: bool = False,
     refused_fix: str = "Check the credentials the dashboard uses for hai",
 ) -> FastAPI:
-    """The Queue, Quota, Nodes and Job pages over the REST API.
+    """The Queue, Quota, Nodes, Usage, Tasks and Job pages over the REST API.
 
     :param client_for: builds the `AsyncHaiClient` for a request (its token decides what the viewer may see).
     :param dependencies: FastAPI dependencies every page needs first (Airflow's authentication).
@@ -127,28 +127,15 @@ def create_dashboard_app(
     async def home(request: Request) -> RedirectResponse:
         return RedirectResponse(f"{base_path(request)}/queue", status_code=303)
 
-    @app.get("/queue", response_class=HTMLResponse)
-    async def queue(request: Request, c: Client) -> HTMLResponse:
-        page = await data.queue_page(c)
-        return pages.render(request, "queue.html", "Queue", c.connection.server, data=page)
-
-    @app.get("/quota", response_class=HTMLResponse)
-    async def quota(request: Request, c: Client) -> HTMLResponse:
-        page = await data.quota_page(c)
-        return pages.render(request, "quota.html", "Quota", c.connection.server, data=page)
-
-    @app.get("/nodes", response_class=HTMLResponse)
-    async def nodes(request: Request, c: Client) -> HTMLResponse:
-        page = await data.nodes_page(c)
-        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=page)
+    _cluster_pages(app, pages)
 
     @app.get("/jobs", response_class=HTMLResponse)
     async def jobs(
-        request: Request, id: str = "", state: str = "", user: str = "", before: str = ""
+        request: Request, id: str = "", state: str = "", user: str = "", labels: str = "", before: str = ""
     ) -> Response:
-        """The task the search box names, or the task list (filters: state, user; a page at a time).
-        A bad id is answered before any sign-in is asked for."""
-        return await _task_list(pages, request, id, data.JobsFilter(state, user), before)
+        """The task the search box names, or the task list (filters: state, user, labels; a page at a
+        time). A bad id is answered before any sign-in is asked for."""
+        return await _task_list(pages, request, id, data.JobsFilter(state, user, labels=labels), before)
 
     @app.get("/jobs/{job_id}", response_class=HTMLResponse)
     async def job(
@@ -171,6 +158,30 @@ def create_dashboard_app(
         return PlainTextResponse(text, headers=headers)
 
     return app
+
+
+def _cluster_pages(app: FastAPI, pages: Pages) -> None:
+    """The pages about the cluster as a whole: Queue, Quota, Nodes and Usage."""
+
+    @app.get("/queue", response_class=HTMLResponse)
+    async def queue(request: Request, c: Client) -> HTMLResponse:
+        page = await data.queue_page(c)
+        return pages.render(request, "queue.html", "Queue", c.connection.server, data=page)
+
+    @app.get("/quota", response_class=HTMLResponse)
+    async def quota(request: Request, c: Client) -> HTMLResponse:
+        page = await data.quota_page(c)
+        return pages.render(request, "quota.html", "Quota", c.connection.server, data=page)
+
+    @app.get("/nodes", response_class=HTMLResponse)
+    async def nodes(request: Request, c: Client) -> HTMLResponse:
+        page = await data.nodes_page(c)
+        return pages.render(request, "nodes.html", "Nodes", c.connection.server, data=page)
+
+    @app.get("/usage", response_class=HTMLResponse)
+    async def usage(request: Request, c: Client) -> HTMLResponse:
+        page = await data.usage_page(c, datetime.now(UTC))
+        return pages.render(request, "usage.html", "Usage", c.connection.server, data=page)
 
 
 def _error_pages(app: FastAPI, pages: Pages, token_form: bool, refused_fix: str) -> None:
@@ -219,9 +230,9 @@ async def _task_list(pages: Pages, request: Request, typed: str, f: data.JobsFil
         return pages.error(request, 400, "Which job?", f"{what} is not a job id.", "Type a number such as 42")
     if typed:
         return RedirectResponse(f"{base_path(request)}/jobs/{number}", status_code=303)
-    f = data.JobsFilter(f.state.strip().upper(), f.user.strip(), number)
+    f = data.JobsFilter(f.state.strip().upper(), f.user.strip(), number, f.labels.strip())
     async with asynccontextmanager(_client)(request) as c:
         page = await data.jobs_page(c, f)
-    older = urlencode({"state": f.state, "user": f.user, "before": page.older})
+    older = urlencode({"state": f.state, "user": f.user, "labels": f.labels, "before": page.older})
     values: dict[str, Any] = {"states": list(JobState), "older_query": older}
     return pages.render(request, "jobs.html", "Tasks", c.connection.server, data=page, **values)

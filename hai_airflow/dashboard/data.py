@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from hai_airflow.client import AsyncHaiClient, HaiError
+from hai_airflow.dashboard.charts import Chart, gpu_hours_by_day, utilisation_by_day, waiting_by_hour
 from hai_airflow.dashboard.formatting import clock
 from hai_airflow.dashboard.svg import Bar, NodeGrid, Timeline, job_timeline, node_grid, quota_bar
+from hai_airflow.jobfile import job_file
 from hai_airflow.scheduling.eta import start_estimate
 from hai_airflow.spec import (
     TERMINAL_STATES,
@@ -17,6 +19,8 @@ from hai_airflow.spec import (
     JobView,
     QueueEntryView,
     QuotaView,
+    UsageHistoryView,
+    UsageView,
 )
 
 UNFINISHED = "PENDING,STARTING,RUNNING,SUSPENDING,SUSPENDED"
@@ -75,11 +79,13 @@ class NodesPage:
 
 @dataclass(frozen=True)
 class JobsFilter:
-    """What the task list shows: a state (or none), one user's tasks (or all the viewer may see)."""
+    """What the task list shows: a state (or none), one user's tasks (or all the viewer may see),
+    those whose labels a selector matches (or all)."""
 
     state: str = ""
     user: str = ""
     before: int | None = None
+    labels: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,11 @@ class JobPage:
     timeline: Timeline
     log_instance: InstanceView | None
     log: str
+
+    @property
+    def spec(self) -> str:
+        """The job's spec as the job file `hai task N -o yaml` prints."""
+        return job_file(self.job.spec)
 
     @property
     def finished(self) -> bool:
@@ -163,7 +174,8 @@ async def nodes_page(client: AsyncHaiClient) -> NodesPage:
 async def jobs_page(client: AsyncHaiClient, f: JobsFilter) -> JobsPage:
     """Newest first, a page at a time; the server decides whose tasks the viewer may list."""
     found = await client.jobs(
-        user=f.user or None, state=f.state or None, all=True, limit=LIST_PAGE, before=f.before
+        user=f.user or None, state=f.state or None, all=True, limit=LIST_PAGE, before=f.before,
+        selector=f.labels or None,
     )
     older = found[-1].id if len(found) == LIST_PAGE else None
     return JobsPage(f, tuple(found), older)
@@ -176,3 +188,36 @@ async def job_page(client: AsyncHaiClient, job_id: int, instance_id: int | None,
     chosen = chosen or (max(instances, key=lambda i: i.id) if instances else None)
     log = await client.log(chosen.id, tail=LOG_TAIL_LINES) if chosen is not None else ""
     return JobPage(job, instances, job_timeline(job, list(instances), now), chosen, log)
+
+
+USAGE_DAYS = 14
+"""The window of the Usage page: the last two weeks."""
+
+
+@dataclass(frozen=True)
+class UsagePage:
+    rows: tuple[UsageView, ...]
+    """The window's totals, one row per user or group."""
+    history: UsageHistoryView
+    gpu_hours: Chart
+    utilisation: Chart
+    waiting: Chart
+
+
+async def usage_page(client: AsyncHaiClient, now: datetime) -> UsagePage:
+    """By group for those who administer one (a platform admin sees every group), else the viewer's own."""
+    since = now - timedelta(days=USAGE_DAYS)
+    try:
+        rows, history = await asyncio.gather(
+            client.usage(since=since, until=now, by="group"),
+            client.usage_history(since=since, until=now, by="group"),
+        )
+    except HaiError as error:
+        if error.status != 403:
+            raise
+        rows, history = await asyncio.gather(
+            client.usage(since=since, until=now), client.usage_history(since=since, until=now)
+        )
+    return UsagePage(
+        tuple(rows), history, gpu_hours_by_day(history), utilisation_by_day(history), waiting_by_hour(history)
+    )

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from airflow.sdk import Param
 from pydantic import ValidationError
 
+from hai_airflow import durations
 from hai_airflow.client import HaiError
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
 from hai_airflow.spec import (
@@ -58,6 +59,7 @@ TITLES = {
     "worker_image": "worker镜像 Worker image",
     "worker_resource_pkg": "worker资源组 Worker resource package",
     "cpus": "CPU核数 CPU cores",
+    "time_limit": "运行时限 Time limit",
     "memory_gb": "内存 Memory (GB)",
 }
 """Each field's label: the platform document's Chinese, then English; errors quote them."""
@@ -217,6 +219,13 @@ def form_params(choices: ServerChoices) -> dict[str, Param]:
         "shm": optional(
             None, "integer", "shm", "Empty = the backend's default.", minimum=1, maximum=MAX_SHM_MB
         ),
+        "time_limit": optional(
+            None,
+            "string",
+            "time_limit",
+            f"Empty = no limit. Run time allowed over all runs: {durations.FORMS}. At the limit the "
+            "job gets the save notice and its grace, then ends TIMEOUT.",
+        ),
         "processes": optional(
             None,
             "string",
@@ -324,6 +333,12 @@ def spec_from_form(form: Mapping[str, Any]) -> JobSpec:
         model = StandaloneJobSpec
         fields = {**common, **gpu, **_given(form, "resource_pkg")}
     problems = [m for m in missing if m]
+    limit = form.get("time_limit")
+    if limit not in (None, ""):
+        try:
+            fields["time_limit_seconds"] = durations.parse(str(limit))
+        except ValueError as e:
+            problems.append(f"time_limit ({TITLES['time_limit']}): {e}")
     if problems:
         raise FormError("the form is not valid: " + "; ".join(problems))
     try:

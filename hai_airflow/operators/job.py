@@ -6,6 +6,7 @@ import hashlib
 import time
 from abc import abstractmethod
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -14,6 +15,7 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from hai_airflow import durations
 from hai_airflow.airflow_plugin.pools import pool_name
 from hai_airflow.airflow_plugin.priority import HaiPriorityWeightStrategy
 from hai_airflow.assets import model_asset
@@ -45,8 +47,18 @@ if TYPE_CHECKING:
 
 OverQuota = Literal["wait", "fail", "downgrade"]
 OVER_QUOTA_CHOICES: tuple[str, ...] = ("wait", "fail", "downgrade")
-RETRYABLE_END_STATES = frozenset({JobState.FAILED, JobState.CANCELLED})
+RETRYABLE_END_STATES = frozenset({JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT})
 """A job that ended so is not re-attached to: the Airflow retry submits a new one."""
+
+
+def limit_seconds(value: timedelta | int | str | None) -> int | None:
+    """A time limit as given to an operator: a timedelta, seconds, or a duration such as ``4h``."""
+    if value in ("", None):
+        return None
+    if isinstance(value, timedelta):
+        return int(value.total_seconds())
+    text = str(value).strip()
+    return int(text) if text.isdigit() else durations.parse(text)
 
 
 def default_deferrable() -> bool:
@@ -221,6 +233,13 @@ class BaseHaiJobOperator(BaseOperator):
     :param env: extra environment variables of the job.
     :param elastic: told to save and exit on suspension (EFDL-style) instead of killed (templated).
     :param grace_seconds: seconds between the save notice and the kill (templated).
+    :param time_limit: run time allowed over all the job's runs, as a ``timedelta``, seconds, or a
+        duration such as ``"4h"`` (templated); at the limit the job gets the save notice and its
+        grace, then ends TIMEOUT and the task fails (a retry submits a new job).
+    :param after: hai job ids (comma-separated or a list, templated) that must succeed before this job
+        starts, for dependencies outside this DAG's edges (e.g. another DAG's job id from XCom).
+    :param after_any: hai job ids that must end first, in any state.
+    :param labels: labels to find the job by (``hai task -l team=vision``), templated.
     :param metrics_path: a metrics file the job writes; returned with the result for downstream tasks.
     :param on_over_quota: when a high-priority job does not fit the quota: ``wait`` (defer until
         it does, then submit as high), ``fail``, or ``downgrade`` (submit as low priority).
@@ -258,6 +277,10 @@ class BaseHaiJobOperator(BaseOperator):
         "metrics_path",
         "elastic",
         "grace_seconds",
+        "time_limit",
+        "after",
+        "after_any",
+        "labels",
         "hai_user",
     )
     template_fields_renderers: ClassVar[dict[str, str]] = {"env": "json", "cmd": "bash"}
@@ -282,6 +305,10 @@ class BaseHaiJobOperator(BaseOperator):
         env: dict[str, str] | None = None,
         elastic: bool | str = False,
         grace_seconds: int | str | None = None,
+        time_limit: timedelta | int | str | None = None,
+        after: str | Sequence[int] = (),
+        after_any: str | Sequence[int] = (),
+        labels: dict[str, str] | None = None,
         metrics_path: str | None = None,
         on_over_quota: OverQuota = "wait",
         resource_group: str | None = None,
@@ -315,6 +342,10 @@ class BaseHaiJobOperator(BaseOperator):
         self.env = env or {}
         self.elastic = elastic
         self.grace_seconds = grace_seconds
+        self.time_limit = time_limit
+        self.after = after
+        self.after_any = after_any
+        self.labels = labels or {}
         self.metrics_path = metrics_path
         self.on_over_quota = on_over_quota
         self.resource_group = resource_group
@@ -379,6 +410,10 @@ class BaseHaiJobOperator(BaseOperator):
             "env": {str(k): str(v) for k, v in (self.env or {}).items()},
             "elastic": self.elastic not in (False, "", "false", "False", "0", 0, None),
             "grace_seconds": self.grace_seconds if self.grace_seconds not in ("", None) else None,
+            "time_limit_seconds": limit_seconds(self.time_limit),
+            "after": self.after or (),
+            "after_any": self.after_any or (),
+            "labels": {str(k): str(v) for k, v in (self.labels or {}).items()},
         }
 
     # ---- running ------------------------------------------------------------------------------
@@ -424,6 +459,8 @@ class BaseHaiJobOperator(BaseOperator):
             spec = self.build_spec(packages)
         except ValidationError as e:
             raise AirflowFailException(_spec_error(e)) from None
+        except ValueError as e:  # a time limit that is not a duration
+            raise AirflowFailException(f"invalid hai job: `time_limit`: {e}") from None
         job, key = self._earlier_job(client, context)
         if job is None:
             gpus = job_gpus(spec, packages)

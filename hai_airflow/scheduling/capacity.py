@@ -39,7 +39,8 @@ class NodeFree:
     cpus: float
     memory_gb: float
     blocked: bool = False
-    """Held by the starvation guard: no placement and no victims here this cycle."""
+    """No placement and no victims here this cycle: drained by an admin, or held by the starvation
+    guard."""
     reserved: bool = False
     """Carries GPUs reserved for a waiting job (never picked by the starvation guard)."""
 
@@ -73,9 +74,13 @@ class FreeCapacity:
 
     @classmethod
     def build(cls, usage: Usage) -> FreeCapacity:
-        """The index at the start of a cycle: the nodes minus what the placed jobs use."""
+        """The index at the start of a cycle: the nodes minus what the placed jobs use, drained
+        nodes blocked."""
         buckets = {t: [list(b) for b in lists] for t, lists in usage.buckets.items()}
-        return cls(usage.layout, usage.free, buckets)
+        cap = cls(usage.layout, usage.free, buckets)
+        for i in usage.layout.drained:
+            cap.block(cap.node(i))
+        return cap
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -210,6 +215,12 @@ class FreeCapacity:
                     best = count
                     break
         return best
+
+    def drained_with_room(self, shape: Shape) -> list[NodeFree]:
+        """Drained nodes of the shape's pools with room for one of its workers now."""
+        pools = self.pools(shape)
+        found = (self.node(i) for i in self.layout.drained)
+        return [f for f in found if (ANY in pools or f.node.gpu_type in pools) and f.fits(shape)]
 
     def count_fitting(self, pool: str, shape: Shape, enough: int) -> int:
         """How many of the shape's workers the pool could take now (stops counting at `enough`)."""

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree
-from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, raise_guard
+from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, node_list, raise_guard
 from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import (
@@ -186,7 +186,7 @@ class Cycle:
             return None
         if self.guard is not None and fits_with_guard_nodes(self.cap, self.guard, shape):
             return WaitReason(self.guard.reason(), self.guard.job_id)
-        reason = shortfall(self.cap, shape)
+        reason = shortfall(self.cap, shape) + drained_note(self.cap, shape)
         if high and self.policy.preempts:
             reason += "; suspending running low-priority jobs would not make room"
         if self.guard is None and (high or self.policy.guards_any_job):
@@ -280,8 +280,13 @@ class Cycle:
 def honoured(
     reservations: Iterable[Reservation], waiting: Callable[[int], bool], layout: Layout
 ) -> list[Reservation]:
-    """The reservations a cycle keeps GPUs for: those of waiting jobs, on nodes the cluster still has."""
-    return [r for r in reservations if waiting(r.job_id) and r.node in layout.ordinal]
+    """The reservations a cycle keeps GPUs for: those of waiting jobs, on nodes the cluster still has
+    and has not drained (a preemptor is placed elsewhere rather than on a drained node)."""
+    ordinal, nodes = layout.ordinal, layout.nodes
+    return [
+        r for r in reservations
+        if waiting(r.job_id) and r.node in ordinal and not nodes[ordinal[r.node]].drained
+    ]
 
 
 def set_aside(cap: FreeCapacity, reservations: list[Reservation]) -> dict[int, dict[str, list[int]]]:
@@ -337,6 +342,16 @@ def on_reserved(cap: FreeCapacity, shape: Shape, own: list[ReservedGpus]) -> Pla
                 return None
         trial.commit()
     return tuple(taken)
+
+
+def drained_note(cap: FreeCapacity, shape: Shape) -> str:
+    """`; node n2 has room but is drained`, naming the drained nodes that could take a worker now."""
+    drained = cap.drained_with_room(shape)
+    if not drained:
+        return ""
+    if len(drained) == 1:
+        return f"; node {drained[0].node.name} has room but is drained"
+    return f"; nodes {node_list(drained)} have room but are drained"
 
 
 def waiting_for(holders: list[Job]) -> str:

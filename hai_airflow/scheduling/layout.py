@@ -22,6 +22,10 @@ class Layout:
     empty: dict[str, list[list[int]]]
     """Per GPU type, per free-GPU count, the ordinals of the nodes with that many GPUs when all are free."""
     kinds: NodeKinds
+    """Drained nodes count here: a drain is for a while, so a job that fits only there waits, never
+    is rejected."""
+    drained: tuple[int, ...] = ()
+    """Ordinals of the drained nodes, ascending."""
 
     @classmethod
     def build(cls, nodes: Sequence[Node]) -> Layout:
@@ -31,7 +35,8 @@ class Layout:
         for i, n in enumerate(nodes):
             empty[n.gpu_type][n.gpus].append(i)
         ordinal = {n.name: i for i, n in enumerate(nodes)}
-        return cls(nodes, types, ordinal, empty, node_kinds(nodes))
+        drained = tuple(i for i, n in enumerate(nodes) if n.drained)
+        return cls(nodes, types, ordinal, empty, node_kinds(nodes), drained)
 
 
 def node_kinds(nodes: Sequence[Node]) -> NodeKinds:

@@ -20,6 +20,8 @@ class Node:
     gpus: int
     cpus: float
     memory_gb: float
+    drained: bool = False
+    """An admin drained it: no new placement (start or resume) here; the jobs on it run to their end."""
 
 
 @dataclass(frozen=True, slots=True)

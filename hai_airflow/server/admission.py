@@ -77,7 +77,8 @@ def claim(
     for job, _, d in ready:
         latest = job.latest_checkpoint
         checkpoint = latest if latest and Path(latest).exists() else None
-        resume = d.resume or job.instance_count > 0
+        # A requeued job's first instance resumes from the checkpoint it carries over.
+        resume = d.resume or job.instance_count > 0 or checkpoint is not None
         starts.append(transitions.Start(job, d.placement, resume, checkpoint, d.reason))
     if not starts:
         return []

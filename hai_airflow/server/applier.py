@@ -9,14 +9,18 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hai_airflow import durations
 from hai_airflow.backends.base import Backend
 from hai_airflow.scheduling.model import Admit, Decision, Reject, Reserve, Suspend, Wait
 from hai_airflow.server import admission, by_id, lease, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.context import ServerContext
+from hai_airflow.server.dependencies import verdict
 from hai_airflow.server.follow import Kept
+from hai_airflow.server.holds import held_by
 from hai_airflow.server.snapshot import WAITING, StoreView
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import JobState
@@ -83,12 +87,59 @@ class PlanApplier:
                 changed = True
             elif not row.cancel_requested and row.held and running and inst is not None:
                 spec = parse_spec(row)
-                reason = f"suspended by admin {row.held_by}"
-                self._stop(row, inst, "hold", spec.effective_grace_seconds, spec.elastic, reason)
+                self._stop(row, inst, "hold", spec.effective_grace_seconds, spec.elastic, held_by(row))
                 changed = True
         if changed:
             self.ctx.changed.notify()
         return changed
+
+    def expire(self, kept: Kept, now: float) -> bool:
+        """Jobs that used up their time limit: a running one is stopped with the notice and its grace
+        (it ends TIMEOUT when its instance does), a suspended one ends TIMEOUT where it waits. True
+        when one changed."""
+        changed = False
+        for job_id in sorted(kept.limited):
+            row, inst = kept.jobs[job_id], kept.current.get(job_id)
+            limit = row.time_limit_seconds
+            if limit is None or row.seconds_run(inst, now) < limit:
+                continue
+            if row.state == JobState.RUNNING and inst is not None and inst.handle and inst.stop_kind is None:
+                spec = parse_spec(row)
+                reason = f"reached its time limit of {durations.text(limit)}"
+                self._stop(row, inst, "timeout", spec.effective_grace_seconds, spec.elastic, reason)
+                changed = True
+            elif row.state == JobState.SUSPENDED:
+                with self.write() as s:
+                    job = s.get(JobRow, row.id)
+                    if job is not None and job.state == JobState.SUSPENDED:
+                        transitions.time_out_waiting(s, job, now)
+                changed = True
+        if changed:
+            self.ctx.changed.notify()
+        return changed
+
+    def release(self, kept: Kept, now: float) -> bool:
+        """Jobs waiting for others whose wait is over: released to the planner, or cancelled when a job
+        that had to succeed did not (`dependencies.verdict`). True when one changed."""
+        ready = [j for j, w in kept.blocked.items() if not any(i in kept.jobs for i in w.ids)]
+        if not ready:
+            return False
+        with self.write() as s:
+            waited = {i for j in ready for i in kept.blocked[j].ids}
+            rows = s.execute(select(JobRow.id, JobRow.state).where(JobRow.id.in_(waited)))
+            states = {job_id: state for job_id, state in rows}
+            for job_id in sorted(ready):
+                job, decided = s.get(JobRow, job_id), verdict(kept.blocked[job_id], states)
+                if job is None or decided is None or not job.blocked or job.state != JobState.PENDING:
+                    continue
+                job.blocked = False
+                if decided.release:
+                    transitions.event(s, job, "released", decided.reason, now)
+                    job.reason = decided.reason
+                else:
+                    transitions.move(s, job, JobState.CANCELLED, "cancelled", decided.reason, now)
+        self.ctx.changed.notify()
+        return True
 
     def _stop(
         self,

@@ -123,6 +123,13 @@ def verify(request: Request, key: tuple[str, str | None] | None = None) -> Calle
     return caller
 
 
+def user_caller(s: Session, name: str) -> Caller | None:
+    """User `name` as a caller of their own (None when there is no such user): whom a requeue of
+    their job submits as, whoever asked for it."""
+    user = s.get(UserRow, name)
+    return None if user is None else _caller(s, user)
+
+
 def _caller(s: Session, user: UserRow, via: str | None = None) -> Caller:
     admin_of = set()
     for g in s.scalars(select(GroupRow)):

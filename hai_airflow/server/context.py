@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,8 @@ class ServerContext:
     """Set by the API after a submit or request, so the controller acts at once."""
     changed: Broadcast = field(default_factory=Broadcast)
     """Notified by the controller after job states changed, so long-polls answer at once."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set when `hai serve` is asked to stop: long-polls answer and followed logs break off at once."""
     identities: Identities = field(default_factory=Identities)
     """Callers the API verified lately (`auth.IDENTITY_SECONDS`)."""
     holder_id: str = ""
@@ -31,6 +34,11 @@ class ServerContext:
 
     def __post_init__(self) -> None:
         self.metrics = ServerMetrics(self.store, self.holder_id)
+
+    def stop_serving(self) -> None:
+        """The server is stopping: wake every long-poll and follower so none holds the shutdown up."""
+        self.stopping.set()
+        self.changed.notify()
 
     def heard(self) -> None:
         """Another process committed changes (`channel.Listener`): plan and answer long-polls at once."""

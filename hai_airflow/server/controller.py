@@ -141,10 +141,12 @@ class Controller:
         return True
 
     def cycle(self) -> None:
-        """Requests first (cancel, admin hold), then a plan over a fresh snapshot, applied in order;
-        no plan (nor snapshot) while the cluster is as the last plan, which only made jobs wait, left it
-        (`Settled`)."""
-        if self.applier.requests(self._read()):
+        """Requests first (cancel, hold), time limits and dependencies, then a plan over a fresh snapshot,
+        applied in order; no plan (nor snapshot) while the cluster is as the last plan, which only made
+        jobs wait, left it (`Settled`)."""
+        kept = self._read()
+        now = time.time()
+        if self.applier.requests(kept) | self.applier.expire(kept, now) | self.applier.release(kept, now):
             self._read()
         now, state = time.time(), self.follower.state
         settled = self.settled.holds(state, now) if self.settled is not None else None
@@ -191,6 +193,6 @@ class Controller:
                     if i.stop_requested_at is None
                     else i.grace_seconds - (time.time() - i.stop_requested_at)
                 )
-                notice = i.stop_kind in ("preempt", "hold") and i.grace_seconds > 0
+                notice = i.stop_kind in ("preempt", "hold", "timeout") and i.grace_seconds > 0
                 self.backend.stop(i.id, max(0, int(left)), notice)
         log.info("re-attached %d instance(s), %d lost", adopted, len(lost))

@@ -22,6 +22,11 @@ class ApiError(Exception):
         self.fix = fix
 
 
+class ServerStopping(Exception):
+    """Raised inside a streamed answer when `hai serve` stops: the connection is cut rather than
+    ended, so a follower knows the stream broke (and reconnects), not that the log ended."""
+
+
 def not_found(what: str, ident: object, fix: str | None = None) -> ApiError:
     return ApiError(404, f"{what} {ident} not found", field=None, fix=fix)
 

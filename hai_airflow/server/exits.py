@@ -151,6 +151,7 @@ class ExitRecorder:
                 outcome = transitions.exit_outcome(job, inst, ex, hint)
                 requeued = outcome.job_state == JobState.SUSPENDED
                 lost = lost_gpu_seconds(job, inst, now) if requeued and not job.elastic else 0.0
+                inst.lost_gpu_seconds = lost
                 transitions.instance_ended(s, job, inst, ex, outcome, now)
                 ended.append((ex, job.id, outcome, lost))
         for ex, job_id, outcome, lost in ended:

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from hai_airflow.scheduling.model import Reservation
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.server import by_id, changes
+from hai_airflow.server.dependencies import Waits
 from hai_airflow.server.snapshot import (
     StoreView,
     current_instances,
@@ -42,6 +43,10 @@ class Kept:
     """Why each unfinished job waits, as stored (read often, so kept out of the ORM rows)."""
     requests: set[int] = field(default_factory=set)
     """Unfinished jobs with a cancel asked for or held by an admin: the controller acts on these."""
+    limited: set[int] = field(default_factory=set)
+    """Unfinished jobs with a time limit: the controller checks their time used every cycle."""
+    blocked: dict[int, Waits] = field(default_factory=dict)
+    """Jobs waiting for other jobs, and for which: the controller releases or cancels them."""
 
     def keep(self, row: JobRow) -> None:
         """Keep an unfinished job's row (and what is read from it every cycle)."""
@@ -51,12 +56,20 @@ class Kept:
             self.requests.add(row.id)
         else:
             self.requests.discard(row.id)
+        if row.time_limit_seconds is not None:
+            self.limited.add(row.id)
+        if row.blocked and row.id not in self.blocked:
+            self.blocked[row.id] = Waits.of_spec(row.spec)
+        elif not row.blocked:
+            self.blocked.pop(row.id, None)
 
     def forget(self, job_id: int) -> None:
         self.jobs.pop(job_id, None)
         self.current.pop(job_id, None)
         self.reasons.pop(job_id, None)
         self.requests.discard(job_id)
+        self.limited.discard(job_id)
+        self.blocked.pop(job_id, None)
 
     def view(self) -> StoreView:
         return StoreView(

@@ -147,13 +147,15 @@ class _StoreCollector(Collector):
         return list(_gauges())
 
     def collect(self) -> Iterator[Metric]:
-        queued, allocated, free, holder = _gauges()
+        queued, allocated, free, holder, drained = _gauges()
         with self.store.read() as s:
             for (priority, group), n in sorted(_queued(s).items()):
                 queued.add_metric([priority, group], n)
             used: Tally[str] = Tally()
             idle: Tally[str] = Tally()
+            out = 0
             for u in node_usage(s):
+                out += u.row.drained
                 if u.row.gpus > 0:
                     used[u.row.gpu_type] += len(u.holders)
                     idle[u.row.gpu_type] += len(u.free_gpus)
@@ -166,10 +168,11 @@ class _StoreCollector(Collector):
             holder.add_metric([current], 1)
         if current != self.holder_id and self.holder_id:
             holder.add_metric([self.holder_id], 0)
-        yield from (queued, allocated, free, holder)
+        drained.add_metric([], out)
+        yield from (queued, allocated, free, holder, drained)
 
 
-def _gauges() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+def _gauges() -> tuple[GaugeMetricFamily, ...]:
     return (
         GaugeMetricFamily(
             "hai_queued_jobs",
@@ -182,6 +185,11 @@ def _gauges() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, 
             "hai_controller_lease_holder",
             "1 for the server whose controller holds the lease; 0 for this server while it stands by.",
             labels=["holder"],
+        ),
+        GaugeMetricFamily(
+            "hai_nodes_drained",
+            "Nodes an admin drained (no new placement; jobs on them run to their end), empty or not.",
+            labels=[],
         ),
     )
 

@@ -13,6 +13,7 @@ from hai_airflow.scheduling.model import Admit, Reject, Wait
 from hai_airflow.server import by_id
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.follow import read_all
+from hai_airflow.server.holds import hold_reason, owners_hold
 from hai_airflow.server.snapshot import WAITING, planner_job
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.server.views import job_view, other_job_view
@@ -46,15 +47,17 @@ def _unplanned_reason(row: JobRow, shown: bool) -> str:
     """Why a job the planner skipped waits; who asked is named only to those who may see the job."""
     if row.cancel_requested:
         return f"being cancelled (asked by {row.cancel_by})" if shown else "being cancelled"
+    if row.blocked and not row.held:
+        return (row.reason or "waiting for other tasks") if shown else "waiting for other tasks"
     if shown:
-        return f"suspended by admin {row.held_by}; `hai resume` releases it"
-    return "suspended by an admin"
+        return hold_reason(row)
+    return "held by its owner" if owners_hold(row) else "suspended by an admin"
 
 
 def queue_entries(
     session: Session, policy: str, caller: Caller, now: float | None = None
 ) -> list[QueueEntryView]:
-    """Waiting jobs in the order a fresh plan would serve them; admin-held ones last."""
+    """Waiting jobs in the order a fresh plan would serve them; held ones last."""
     now = time.time() if now is None else now
     view = read_all(session, policy).view()
     decisions = plan(view.snapshot, now, view.usage)
@@ -86,6 +89,6 @@ def queue_entries(
             add(d.job_id, f"cannot run: {d.reason}", None)
     planned = {e.job.id for e in entries}
     for row in sorted(waiting, key=lambda r: r.id):
-        if row.id not in planned and (row.cancel_requested or row.held):
+        if row.id not in planned and (row.cancel_requested or row.held or row.blocked):
             add(row.id, _unplanned_reason(row, caller.may_see(row.user_name, row.group_name)), None)
     return entries

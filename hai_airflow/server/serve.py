@@ -7,6 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from pydantic import ValidationError
@@ -28,6 +29,7 @@ from hai_airflow.server.config import (
 )
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.controller import Controller
+from hai_airflow.server.errors import ServerStopping
 from hai_airflow.server.lease import holder_identity
 from hai_airflow.server.provision import (
     apply_config,
@@ -203,6 +205,24 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
+class Serving(uvicorn.Server):
+    """uvicorn's server, telling the API the moment a stop is asked: uvicorn first waits for open
+    connections to close, and a followed log or a long-poll would hold it up to its grace."""
+
+    def __init__(self, settings: uvicorn.Config, ctx: ServerContext) -> None:
+        super().__init__(settings)
+        self.ctx = ctx
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.ctx.stop_serving()
+        super().handle_exit(sig, frame)
+
+
+def _no_stopping_traceback(record: logging.LogRecord) -> bool:
+    """A followed log cut by the stop is expected: uvicorn's "Exception in ASGI application" is not logged."""
+    return not (record.exc_info and isinstance(record.exc_info[1], ServerStopping))
+
+
 def main(config_path: Path | None = None, host: str | None = None, port: int | None = None) -> None:
     """Run `hai serve` until interrupted; exits 2 on a bad config, 1 when the database is unusable."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -253,8 +273,8 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
     advice = ctx.store.upkeep_advice()
     if advice is not None:
         log.warning(advice)
-    # Long-polls and followed logs must not hold a shutdown up for long.
-    uvicorn.run(
+    # Long-polls and followed logs end as the stop is asked (`Serving`); the grace is for the rest.
+    settings = uvicorn.Config(
         app,
         host=bind_host,
         port=bind_port,
@@ -262,4 +282,6 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
         access_log=False,
         timeout_graceful_shutdown=5,
     )
+    logging.getLogger("uvicorn.error").addFilter(_no_stopping_traceback)
+    Serving(settings, ctx).run()
     ctx.store.dispose()

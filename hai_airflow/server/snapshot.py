@@ -88,9 +88,10 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
 
 
 def schedulable(row: JobRow) -> bool:
-    """Waiting jobs an admin holds or whose cancel is pending are kept from the planner."""
+    """Waiting jobs that are held, waiting for other jobs, or whose cancel is pending are kept from
+    the planner."""
     if row.state in WAITING:
-        return not row.held and not row.cancel_requested
+        return not row.held and not row.cancel_requested and not row.blocked
     return row.state in PLACED
 
 
@@ -102,7 +103,7 @@ def quota_of(session: Session) -> Quota:
 
 def nodes_of(session: Session) -> tuple[Node, ...]:
     rows = session.scalars(select(NodeRow).order_by(NodeRow.name))
-    return tuple(Node(r.name, r.gpu_type, r.gpus, r.cpus, r.memory_gb) for r in rows)
+    return tuple(Node(r.name, r.gpu_type, r.gpus, r.cpus, r.memory_gb, r.drained) for r in rows)
 
 
 def unfinished_jobs(session: Session) -> list[JobRow]:

@@ -15,9 +15,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from hai_airflow import labels as label_rules
 from hai_airflow.scheduling.model import WAITING, Quota
 from hai_airflow.scheduling.quota import QuotaVerdict, judge
-from hai_airflow.server import changes
+from hai_airflow.server import auth, changes, dependencies
+from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
@@ -50,6 +52,8 @@ _INSERT_JOB = {
 }
 _INSERT_EVENT = insert(_EVENTS)
 log = logging.getLogger("hai.server.submission")
+QUEUED = "waiting for the scheduler"
+"""A waiting job's reason until the planner gives its own."""
 QUOTA_FIX = "Submit with --max-schedule 0 for low priority, or ask your group admin to raise your quota"
 
 
@@ -190,12 +194,69 @@ def _existing(session: Session, caller: Caller, key: str) -> JobRow | None:
     return session.scalar(select(JobRow).where(JobRow.user_name == caller.name, JobRow.client_key == key))
 
 
+REQUEUABLE: frozenset[JobState] = TERMINAL_STATES - {JobState.SUCCEEDED}
+"""Ended jobs `hai requeue` runs again; a success has nothing left to run (submit it again instead)."""
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """What a requeue adds to its owner's submit: the ended job it runs again, and from where."""
+
+    job_id: int
+    state: JobState
+    """The ended job's final state, which its own event records (a requeue never changes it)."""
+    checkpoint: str | None
+    checkpoint_at: float | None
+    by: Caller
+    """Who asked: the owner, their group admin or a platform admin."""
+
+    def how(self) -> str:
+        return f"resuming from its checkpoint {self.checkpoint}" if self.checkpoint else "starting afresh"
+
+    def old_event(self, new_id: int, now: float) -> dict[str, Any]:
+        """The ended job's event naming the job that runs it again."""
+        return {
+            "job_id": self.job_id,
+            "at": now,
+            "kind": "requeued",
+            "from_state": self.state,
+            "to_state": self.state,
+            "reason": f"requeued as task {new_id} by {self.by.actor}, {self.how()}",
+            "actor": self.by.name,
+        }
+
+
 @dataclass(frozen=True)
 class Submit:
-    """One `POST /jobs`: who asks, and what."""
+    """One `POST /jobs`, or a requeue: who the job is for, and what."""
 
     caller: Caller
     request: SubmitRequest
+    requeue: Requeue | None = None
+
+
+def requeue(s: Session, old: JobRow, by: Caller, fresh: bool) -> Submit:
+    """`old`'s owner submitting its spec again, linked to it and, unless `fresh`, resuming from its
+    latest checkpoint; refused (409) while it has not ended, or when it succeeded."""
+    if old.state not in REQUEUABLE:
+        if old.state in TERMINAL_STATES:
+            problem = f"it {old.state}; only a {' or '.join(sorted(REQUEUABLE))} job is requeued"
+            fix = "Submit it again to run it once more"
+        else:
+            problem = f"it is {old.state}, not ended"
+            fix = f"Wait for it to end (`hai wait {old.id}`); to restart it now, `hai cancel {old.id}` first"
+        raise ApiError(409, f"cannot requeue task {old.id}: {problem}", field="job_id", fix=fix)
+    owner = by if by.name == old.user_name else auth.user_caller(s, old.user_name)
+    if owner is None:
+        raise ApiError(
+            409,
+            f"cannot requeue task {old.id}: its owner {old.user_name} is no longer a user of this server",
+            field="job_id",
+            fix="Submit the job again as a current user",
+        )
+    checkpoint, at = (None, None) if fresh else (old.latest_checkpoint, old.latest_checkpoint_at)
+    spec = SubmitRequest(spec=parse_spec(old))
+    return Submit(owner, spec, Requeue(old.id, old.state, checkpoint, at, by))
 
 
 Outcome = tuple[JobView, bool] | BaseException
@@ -220,6 +281,11 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     res = resolve_resources(ctx, spec)
     if is_high(spec.max_schedule) and not holds_high_priority(spec.max_schedule, res.gpus):
         raise ApiError(422, CPU_NEVER_HIGH[0], field="spec.max_schedule", fix=CPU_NEVER_HIGH[1])
+    requeue = submit.requeue
+    waits = None
+    if spec.after or spec.after_any:
+        with ctx.store.read() as s:
+            waits = dependencies.check(s, caller, spec)
     values = dict(
         task_name=spec.task_name,
         mode=spec.mode,
@@ -238,34 +304,51 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
         memory_gb_per_worker=res.memory_gb_per_worker,
         gpu_type=res.gpu_type,
         elastic=spec.elastic,
+        time_limit_seconds=spec.time_limit_seconds,
+        labels=label_rules.encode(spec.labels),
         submitted_at=now,
         suspended_seconds=0.0,
         runtime_seconds=0.0,
         preemptions=0,
         instance_count=0,
         held=False,
+        blocked=waits is not None,
         cancel_requested=False,
-        reason="waiting for the scheduler",
+        reason=QUEUED if waits is None else dependencies.waiting_reason(waits),
+        requeued_from=requeue.job_id if requeue else None,
+        # What a requeued job's first instance resumes from (`admission.claim`).
+        latest_checkpoint=requeue.checkpoint if requeue else None,
+        latest_checkpoint_at=requeue.checkpoint_at if requeue else None,
     )
     what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
     by = f", submitted by {caller.actor}" if caller.via else ""
+    kind, actor = "submitted", caller.name
+    reason = f"{spec.mode} job, {what}, {priority_class(spec.max_schedule)} priority{by}"
+    if requeue is not None:
+        kind, actor = "requeued", requeue.by.name
+        reason += f"; requeued from task {requeue.job_id} by {requeue.by.actor}, {requeue.how()}"
     event = {
         "at": now,
-        "kind": "submitted",
+        "kind": kind,
         "from_state": None,
         "to_state": JobState.PENDING,
-        "reason": f"{spec.mode} job, {what}, {priority_class(spec.max_schedule)} priority{by}",
-        "actor": caller.name,
+        "reason": reason,
+        "actor": actor,
     }
     return _Checked(submit, values, event, is_high(spec.max_schedule), res.gpus)
 
 
 def _known(s: Session, checked: _Checked) -> Outcome:
-    """The job its owner submitted before with this submit's client_key: a retried submit's answer."""
-    caller, key = checked.submit.caller, checked.submit.request.client_key
-    known = _existing(s, caller, key) if key is not None else None
+    """The job its owner submitted before with this submit's client_key, or the job an earlier requeue
+    of the same job made: a retried submit's or requeue's answer."""
+    caller, key, requeue = checked.submit.caller, checked.submit.request.client_key, checked.submit.requeue
+    if requeue is not None:
+        known = s.scalar(select(JobRow).where(JobRow.requeued_from == requeue.job_id))
+    else:
+        known = _existing(s, caller, key) if key is not None else None
     if known is None:  # the same key earlier in this batch, refused: stored alone, this one is new
-        raise RuntimeError(f"job with client_key {key!r} was neither inserted nor found")
+        what = f"requeue of job {requeue.job_id}" if requeue else f"job with client_key {key!r}"
+        raise RuntimeError(f"{what} was neither inserted nor found")
     current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
     return job_view(known, current, time.time()), False
 
@@ -275,15 +358,16 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
     quota in order; one outcome each.
 
     One INSERT takes every row, with ids known beforehand, and finds the known keys itself (the
-    store's unique key per user): a row it skipped names a job submitted with that key already. The
-    insert comes before the quota check so that a retried submit gets its job back even when the
-    quota is full by now; a refusal deletes the row again and is this submit's outcome alone.
+    store's unique key per user, and one requeue per job): a row it skipped names a job submitted
+    with that key, or requeued from that job, already. The insert comes before the quota check so
+    that a retried submit gets its job back even when the quota is full by now; a refusal deletes
+    the row again and is this submit's outcome alone.
     """
     ids = ctx.store.job_ids(s, len(batch))
     rows = [{"id": job_id, **c.values} for job_id, c in zip(ids, batch, strict=True)]
     # Keys in one order: two batches inserting the same keys (a retry racing its first try) wait
     # for each other on the unique key in the same order, so they cannot deadlock.
-    rows.sort(key=lambda r: (r["user_name"], r["client_key"] or ""))
+    rows.sort(key=lambda r: (r["user_name"], r["client_key"] or "", r["requeued_from"] or 0))
     inserted = set(s.scalars(_INSERT_JOB[ctx.store.dialect], rows))
     judged = [(job_id, c) for job_id, c in zip(ids, batch, strict=True) if c.high and job_id in inserted]
     high = [job_id for job_id, _ in judged]
@@ -309,6 +393,8 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
                 outcomes.append(refusal)
                 continue
         events.append({"job_id": job_id, **checked.event})
+        if checked.submit.requeue is not None:
+            events.append(checked.submit.requeue.old_event(job_id, checked.values["submitted_at"]))
         changes.job_changed(s, job_id)
         view = job_view(JobRow(id=job_id, **checked.values), None, checked.values["submitted_at"])
         outcomes.append((view, True))
@@ -366,5 +452,6 @@ def submit_all(ctx: ServerContext, submits: list[Submit]) -> list[Outcome]:
     stored = dict(zip(checked, _store_all(ctx, list(checked.values())), strict=True)) if checked else {}
     if any(isinstance(o, tuple) and o[1] for o in stored.values()):
         ctx.wakeup.set()
+        ctx.changed.notify()  # a watched task list has a new task
     outcomes = refused | stored
     return [outcomes[i] for i in range(len(submits))]

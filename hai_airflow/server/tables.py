@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -67,6 +78,8 @@ class UserRow(Base):
 
 
 class NodeRow(Base):
+    """A node as the config file gives it, and an admin's drain, which a restart keeps."""
+
     __tablename__ = "nodes"
 
     name: Mapped[str] = mapped_column(String(200), primary_key=True)
@@ -75,6 +88,11 @@ class NodeRow(Base):
     cpus: Mapped[float] = mapped_column(Float)
     memory_gb: Mapped[float] = mapped_column(Float)
     virtual: Mapped[bool] = mapped_column(Boolean, default=True)
+    drained: Mapped[bool] = mapped_column(Boolean, default=False)
+    """No new placement here (the jobs on it run to their end) until an admin undrains it."""
+    drained_by: Mapped[str | None] = mapped_column(String(200))
+    drained_at: Mapped[float | None] = mapped_column(Float)
+    drain_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class JobRow(Base):
@@ -84,6 +102,8 @@ class JobRow(Base):
         Index("ix_jobs_user", "user_name"),
         # Keys are per user: Airflow's are predictable, so one namespace would let a user claim another's.
         UniqueConstraint("user_name", "client_key", name="uq_jobs_user_client_key"),
+        # A job is requeued at most once: a retried requeue finds the job the first one made.
+        UniqueConstraint("requeued_from", name="uq_jobs_requeued_from"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -108,6 +128,10 @@ class JobRow(Base):
     memory_gb_per_worker: Mapped[float] = mapped_column(Float, default=0)
     gpu_type: Mapped[str | None] = mapped_column(String(50))
     elastic: Mapped[bool] = mapped_column(Boolean, default=False)
+    labels: Mapped[str | None] = mapped_column(Text)
+    """The spec's labels as `labels.encode` writes them, for selectors (`,key=value,` sorted)."""
+    time_limit_seconds: Mapped[int | None] = mapped_column(Integer)
+    """The spec's limit, read by the controller every cycle without parsing the spec."""
     submitted_at: Mapped[float] = mapped_column(Float)
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
@@ -120,12 +144,22 @@ class JobRow(Base):
     current_instance_id: Mapped[int | None] = mapped_column(Integer)
     held: Mapped[bool] = mapped_column(Boolean, default=False)
     """An admin's suspension: the controller keeps the job off the GPUs until resumed."""
+    blocked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """It waits for the jobs its spec's `after`/`after_any` name; the controller releases it."""
     held_by: Mapped[str | None] = mapped_column(String(200))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     cancel_by: Mapped[str | None] = mapped_column(String(200))
     reason: Mapped[str | None] = mapped_column(Text)
     latest_checkpoint: Mapped[str | None] = mapped_column(Text)
     latest_checkpoint_at: Mapped[float | None] = mapped_column(Float)
+    requeued_from: Mapped[int | None] = mapped_column(Integer)
+    """The ended job this one runs again (`hai requeue`), with its spec, owner and checkpoint."""
+
+    def seconds_run(self, current: InstanceRow | None, now: float) -> float:
+        """Seconds run over all its runs: the ended instances' and the current one's so far."""
+        if current is None or current.started_at is None or current.ended_at is not None:
+            return self.runtime_seconds
+        return self.runtime_seconds + max(0.0, now - current.started_at)
 
 
 class InstanceRow(Base):
@@ -152,11 +186,13 @@ class InstanceRow(Base):
     work_dir: Mapped[str] = mapped_column(Text)
     model_dir: Mapped[str] = mapped_column(Text)
     stop_kind: Mapped[str | None] = mapped_column(String(20))
-    """Why the controller asked it to stop: preempt, hold or cancel."""
+    """Why the controller asked it to stop: preempt, hold, cancel or timeout."""
     stop_requested_at: Mapped[float | None] = mapped_column(Float)
     grace_seconds: Mapped[int] = mapped_column(Integer, default=0)
     controller: Mapped[str | None] = mapped_column(String(250))
     """The lease holder that started it."""
+    lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    """GPU-seconds of work it lost when it was stopped to resume later (past its job's latest checkpoint)."""
 
 
 class EventRow(Base):

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
+from hai_airflow import durations
 from hai_airflow.backends.base import Exit, Handle
 from hai_airflow.scheduling.model import Placement
 from hai_airflow.server import by_id, changes
 from hai_airflow.server.checkpoints import Checkpoint
+from hai_airflow.server.holds import hold_reason
 from hai_airflow.server.snapshot import WAITING, placement_to_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
 from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState
@@ -162,10 +164,11 @@ def stopping(
     now: float,
     preemptor: int | None = None,
 ) -> None:
-    """Record that the controller asked the instance to stop: preempt, hold (admin) or cancel."""
+    """Record that the controller asked the instance to stop: preempt, hold (admin), cancel or timeout.
+    A job cancelled or out of time stays RUNNING until its instance ends: it is not coming back."""
     inst.stop_kind, inst.stop_requested_at, inst.grace_seconds = kind, now, grace
     inst.preempted_by = preemptor
-    if kind == "cancel":
+    if kind in ("cancel", "timeout"):
         event(s, job, "stopping", reason, now)
     else:
         move(s, job, JobState.SUSPENDING, "suspending", reason, now)
@@ -186,6 +189,8 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
     if job.cancel_requested or inst.stop_kind == "cancel":
         by = job.cancel_by or "an admin"
         return Outcome("cancelled", JobState.CANCELLED, "cancelled", f"cancelled by {by}")
+    if inst.stop_kind == "timeout" and ex.exit_code != 0:
+        return Outcome("timeout", JobState.TIMEOUT, "timeout", timed_out(job))
     if inst.stop_kind == "preempt":
         by = f"job {inst.preempted_by}" if inst.preempted_by else "a high-priority job"
         return Outcome(
@@ -199,7 +204,7 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
             "suspended",
             JobState.SUSPENDED,
             "suspended",
-            f"suspended by admin {job.held_by or ''}".rstrip() + "; resumes after `hai resume`",
+            hold_reason(job),
         )
     if ex.lost:
         return Outcome(
@@ -239,6 +244,17 @@ def instance_ended(
             job.preemptions += 1
     move(s, job, outcome.job_state, outcome.kind, f"instance {inst.id}: {outcome.reason}", now)
     job.reason = outcome.reason
+
+
+def timed_out(job: JobRow) -> str:
+    """Why a job ended TIMEOUT."""
+    limit = durations.text(job.time_limit_seconds or 0)
+    return f"reached its time limit of {limit}; `hai requeue {job.id}` runs it again from its checkpoint"
+
+
+def time_out_waiting(s: Session, job: JobRow, now: float) -> None:
+    """A suspended job that used up its time while its instance was being stopped ends where it waits."""
+    move(s, job, JobState.TIMEOUT, "timeout", timed_out(job), now)
 
 
 def cancel_waiting(s: Session, job: JobRow, now: float) -> None:

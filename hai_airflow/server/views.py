@@ -27,9 +27,7 @@ def _placement(text: str | None) -> tuple[WorkerPlacementView, ...]:
 
 
 def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str, object]:
-    runtime = row.runtime_seconds
-    if current is not None and current.started_at is not None and current.ended_at is None:
-        runtime += max(0.0, now - current.started_at)
+    runtime = row.seconds_run(current, now)
     return {
         "id": row.id,
         "task_name": row.task_name,
@@ -55,6 +53,7 @@ def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str
         "reason": row.reason,
         "client_key": row.client_key,
         "submitted_via": row.submitted_via,
+        "requeued_from": row.requeued_from,
         "model_id": row.model_id,
         "project_id": row.project_id,
     }

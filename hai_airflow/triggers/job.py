@@ -15,7 +15,7 @@ from hai_airflow.hooks.retry import aretry_transient
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView, PriorityClass
 
 LOG_TAIL_ATTEMPTS = 4
-JobEventStatus = Literal["success", "failed", "cancelled", "reached", "error"]
+JobEventStatus = Literal["success", "failed", "cancelled", "timeout", "reached", "error"]
 
 
 class HaiJobEvent(BaseModel):
@@ -24,7 +24,7 @@ class HaiJobEvent(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     status: JobEventStatus = Field(
-        description="success/failed/cancelled: the job ended so; reached: it is in a requested "
+        description="success/failed/cancelled/timeout: the job ended so; reached: it is in a requested "
         "non-final state; error: the trigger could not follow it (see message)."
     )
     job_id: int = Field(description="The hai job id.")
@@ -62,6 +62,8 @@ def event_status(state: str, target_states: Iterable[str]) -> JobEventStatus:
         return "failed"
     if state == JobState.CANCELLED:
         return "cancelled"
+    if state == JobState.TIMEOUT:
+        return "timeout"
     if state in set(target_states):
         return "reached"
     raise ValueError(f"state {state} is neither final nor one of {sorted(target_states)}")

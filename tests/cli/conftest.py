@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from hai_airflow.cli.main import app
+from tests.support.live_server import TEST_CONFIG, LiveServer, start_server
 
 Hai = Callable[..., Result]
 
@@ -48,3 +49,17 @@ def free_port() -> int:
 def json_out(result: Result) -> Any:
     """The command's stdout as JSON; fails the test if it is not."""
     return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """A live server (TEST_CONFIG) of the test module's own, started once for the module."""
+    with start_server(tmp_path_factory.mktemp("hai"), TEST_CONFIG) as live:
+        yield live
+
+
+@pytest.fixture
+def clean(server: LiveServer) -> Iterator[LiveServer]:
+    """The module's server; each test starts with free GPUs and leaves none held."""
+    yield server
+    server.cancel_all()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.cli.log import RECONNECT_FOR_SECONDS
+from hai_airflow.cli.connection import RECONNECT_FOR_SECONDS
 from tests.cli.conftest import Hai, free_port
 from tests.cli.test_usage import assert_one_error_line
 

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from hai_airflow.cli.wait import TIMED_OUT
 from hai_airflow.scheduling.eta import start_estimate
 from tests.cli.conftest import Hai, free_port, json_out
 from tests.cli.test_live import as_user, created_id, python, wait_for
-from tests.support.live_server import TEST_CONFIG, LiveServer, start_server
+from tests.support.live_server import LiveServer
 
 BOX = re.compile("[\u2500-\u257f]")
 """Box-drawing characters: none may reach a pipe."""
@@ -36,18 +35,6 @@ COLOUR = re.compile(r"\x1b\[[0-9;]*3[0-7][0-9;]*m")
 RUN_HAI = "from hai_airflow.cli.main import app; app(prog_name='hai')"
 
 TICKS = "import sys, time\nfor i in range({n}):\n    print('tick', i, flush=True)\n    time.sleep({pause})\n"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with start_server(tmp_path_factory.mktemp("hai"), TEST_CONFIG) as live:
-        yield live
-
-
-@pytest.fixture
-def clean(server: LiveServer) -> Iterator[LiveServer]:
-    yield server
-    server.cancel_all()
 
 
 @pytest.fixture
@@ -425,15 +412,20 @@ def test_completion_offers_task_ids_from_the_server_and_nothing_when_it_is_down(
 ) -> None:
     alice = as_user(clean, "alice")
     job = submit(hai, alice, code, "ok.py")
+    running = submit(hai, alice, code, "long.py")
+    wait_for(clean, job, {"SUCCEEDED"})
     words = {"_HAI_COMPLETE": "complete_bash", "COMP_WORDS": "hai cancel ", "COMP_CWORD": "2"}
     offered = hai(env={**alice, **words})
-    assert offered.exit_code == 0 and str(job) in offered.stdout.split(), offered.output
+    assert offered.exit_code == 0, offered.output
+    offered_ids = offered.stdout.split()
+    assert str(running) in offered_ids and str(job) not in offered_ids, "only what can be cancelled"
     log_words = {"_HAI_COMPLETE": "complete_bash", "COMP_WORDS": "hai log ", "COMP_CWORD": "2"}
-    assert str(job) in hai(env={**alice, **log_words}).stdout.split(), "hai log takes a task id"
+    assert str(job) in hai(env={**alice, **log_words}).stdout.split(), "hai log takes any task id"
     instance_words = {**log_words, "COMP_WORDS": "hai log --instance-id ", "COMP_CWORD": "3"}
-    wait_for(clean, job, {"SUCCEEDED"})
     instances = json_out(hai("instance", str(job), "--json", env=alice))
     assert str(instances[0]["id"]) in hai(env={**alice, **instance_words}).stdout.split()
+    package_words = {**words, "COMP_WORDS": "hai create --resource-pkg 45", "COMP_CWORD": "3"}
+    assert hai(env={**alice, **package_words}).stdout.split() == ["454", "455", "456", "457"]
 
     down = {**alice, "HAI_SERVER": f"http://127.0.0.1:{free_port()}"}
     began = time.monotonic()

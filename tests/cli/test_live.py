@@ -7,14 +7,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hai_airflow.spec import TERMINAL_STATES, JobView
 from tests.cli.conftest import Hai, free_port, json_out
-from tests.support.live_server import TEST_CONFIG, LiveServer, reap_strays, start_server
+from tests.support.live_server import TEST_CONFIG, LiveServer, reap_strays
 
 SHORT_JOB = """\
 import os
@@ -151,19 +150,6 @@ def test_document_workflow_res_create_task_instance_log_promote_cancel(
 
 
 # ---- refusals and the remaining commands, on one server for the module ---------------------
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with start_server(tmp_path_factory.mktemp("hai"), TEST_CONFIG) as live:
-        yield live
-
-
-@pytest.fixture
-def clean(server: LiveServer) -> Iterator[LiveServer]:
-    """Each test starts with free GPUs and leaves none held."""
-    yield server
-    server.cancel_all()
 
 
 def test_unknown_task_is_not_found(hai: Hai, clean: LiveServer) -> None:

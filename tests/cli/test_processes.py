@@ -13,18 +13,12 @@ from hai_airflow.cli.task import processes
 from hai_airflow.spec import JobView
 from tests.cli.conftest import Hai, free_port, json_out
 from tests.cli.test_usage import assert_one_error_line
-from tests.support.live_server import TEST_CONFIG, LiveServer, start_server
+from tests.support.live_server import LiveServer
 
 CREATE = ("create", "--task-name=t", "--cmd=true", "--resource-pkg=455")
 CREATE_DISTRIBUTED = (*CREATE, "--mode=distributed", "--workers=2")
 SUBMIT_STANDALONE = ("submit", "standalone", "--name=s", "--gpus=2")
 SUBMIT_DISTRIBUTED = ("submit", "distributed", "--name=d", "--workers=2", "--gpus=2")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with start_server(tmp_path_factory.mktemp("hai"), TEST_CONFIG) as live:
-        yield live
 
 
 @pytest.fixture

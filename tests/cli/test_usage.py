@@ -117,8 +117,8 @@ def test_log_accepts_the_documents_underscore_spelling(hai: Hai) -> None:
         ),
         pytest.param(
             ("submit", "standalone", "--name=", "--code-dir=/tmp", "x"),
-            ("--name",),
-            id="submit names its own flag",
+            ("--task-name",),
+            id="submit names the flag as its help lists it",
         ),
         pytest.param(
             ("promote", "--task-id=1", "--max-schedule=0"), ("--max-schedule must be one of 4|6|8|24|48",)

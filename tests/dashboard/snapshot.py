@@ -277,6 +277,10 @@ def build() -> Snapshot:
             virtual=True,
             free_gpus=(3,),
             holders={0: 5, 1: 6, 2: 6},
+            state="draining",
+            drained_by="admin",
+            drained_at=at(400),
+            reason="fan <noise>",
         ),
     ]
     return s
@@ -333,7 +337,7 @@ def transport(s: Snapshot, caller: str = "alice") -> httpx.MockTransport:
         if parts[0] == "jobs" and parts[1].isdigit():
             j = s.jobs.get(int(parts[1]))
             if j is None:
-                return httpx.Response(404, json={"error": f"job {parts[1]} not found"})
+                return httpx.Response(404, json={"error": f"task {parts[1]} not found"})
             if len(parts) == 3 and parts[2] == "instances":
                 return _json(_dump(s.instances.get(j.id, [])))
             return _json(_dump(j))

@@ -198,6 +198,34 @@ def test_job_page_shows_run_suspended_resumed_and_follows_the_log(
     keep(driver, shots, "job", max_height=1100)
 
 
+def test_usage_page_plots_gpu_hours_utilisation_and_the_queue_per_viewer(
+    scenario: Scenario, driver: Any, shots: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    sign_in(driver, scenario, "/usage")
+    with scenario.server.client() as admin:
+        api = {u.name: u for u in admin.usage(by="group")}
+    rows = driver.find_elements(By.CSS_SELECTOR, "table.usage tr.account")
+    assert [r.get_attribute("data-name") for r in rows] == sorted(api) == ["nlp", "vision"]
+    assert api["vision"].gpu_hours > 0 and api["vision"].lost_gpu_hours >= 0
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    found = driver.find_elements(By.CSS_SELECTOR, "svg.gpu-hours rect.bar")
+    bars = [b.get_attribute("textContent") for b in found]
+    assert any(t.startswith(f"vision on {today}:") and t.endswith("GPU-hours") for t in bars), bars
+    assert any(t.startswith(f"nlp on {today}:") for t in bars), bars
+    assert driver.find_elements(By.CSS_SELECTOR, "svg.utilisation rect.bar")
+    points = driver.find_element(By.CSS_SELECTOR, "svg.waiting polyline.line").get_attribute("points")
+    assert len(points.split()) == 14 * 24, "an hour a point over two weeks"
+    keep(driver, shots, "usage")
+
+    # A plain user's page is their own use only: no other user's or group's row, no group totals.
+    bob = httpx.get(f"{scenario.ui}/usage", headers={"Authorization": f"Bearer {TOKENS['bob']}"}, timeout=30)
+    assert bob.status_code == 200 and "per user" in bob.text
+    assert 'data-name="bob"' in bob.text
+    assert not any(f'data-name="{n}"' in bob.text for n in ("alice", "dave", "vision", "nlp"))
+
+
 def _last_step(text: str) -> int | None:
     steps = [int(line.split()[1]) for line in text.splitlines() if line.startswith("step ")]
     return max(steps) if steps else None
@@ -302,4 +330,4 @@ def test_hai_job_extra_link_points_at_the_job_page(airflow: AirflowApiServer) ->
         assert links.status_code == 200, links.text
         assert links.json()["extra_links"] == {"HAI job": "/hai/jobs/42"}
     page = httpx.get(f"{airflow.url}/hai/jobs/42", headers=auth, timeout=30)
-    assert page.status_code == 404 and "job 42 not found" in page.text
+    assert page.status_code == 404 and "task 42 not found" in page.text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
 from hai_airflow.dashboard.formatting import duration, gpu_ranges, job_colour, number
@@ -110,3 +112,29 @@ def test_timeline_of_a_failed_run_after_a_lost_one() -> None:
     ]
     assert t.t1 == at(40)
     assert "lost (instance 1)" in t.segments[1].note
+
+
+def test_usage_charts_stack_days_scale_to_a_round_top_and_plot_every_hour() -> None:
+    from hai_airflow.dashboard.charts import BOTTOM, HEIGHT, TOP, gpu_hours_by_day, nice_top, waiting_by_hour
+    from hai_airflow.spec import UsageHistoryView, UsageSeriesView
+
+    assert [nice_top(v) for v in (0, 0.004, 3, 7, 10, 11)] == [1.0, 0.005, 5, 10, 10, 20]
+    day = datetime(2026, 12, 1, tzinfo=UTC)
+    history = UsageHistoryView(
+        by="group", since=day, until=day + timedelta(days=2), days=(day, day + timedelta(days=1)),
+        series=(
+            UsageSeriesView(name="nlp", gpu_hours=(3.0, 0.0)),
+            UsageSeriesView(name="vision", gpu_hours=(4.0, 1.0)),
+        ),
+        cluster_gpus=8, waiting=tuple(range(48)),
+    )  # fmt: skip
+    bars = gpu_hours_by_day(history)
+    first_day = [b for b in bars.boxes if "2026-12-01" in b.title]
+    assert [b.title for b in first_day] == [
+        "nlp on 2026-12-01: 3.0 GPU-hours", "vision on 2026-12-01: 4.0 GPU-hours",
+    ]  # fmt: skip
+    plot = HEIGHT - BOTTOM - TOP
+    assert sum(b.height for b in first_day) == pytest.approx(plot * 7 / 10), "stacked to 7 of a top of 10"
+    assert len(bars.boxes) == 3, "no box for a day without use"
+    assert bars.legend == (("nlp", "#2f5bd3"), ("vision", "#e08a2c"))
+    assert len(waiting_by_hour(history).points.split()) == 48

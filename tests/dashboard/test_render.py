@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from hai_airflow.client import AsyncHaiClient
 from hai_airflow.dashboard import data
 from hai_airflow.dashboard.app import SignInRequired, create_dashboard_app
+from hai_airflow.jobfile import job_file
 from tests.dashboard import snapshot
 from tests.dashboard.dom import Node, parse
 
@@ -102,6 +103,18 @@ def test_nodes_grid_colours_each_gpu_by_its_holder(ui: TestClient) -> None:
     assert "1 of 12 GPUs free" in doc.text
 
 
+def test_nodes_say_which_take_no_new_jobs_and_who_drained_them(ui: TestClient) -> None:
+    doc = page(ui, "/ui/nodes")
+    states = {s.attrs["data-node"]: s.one("span", cls="node-state").text for s in doc.find_all("section")}
+    assert states == {"gpu-a": "ready", "gpu-b": "draining"}
+    assert doc.one("section", data_node="gpu-a").find_all("p", cls="drained") == []
+    drained = " ".join(doc.one("section", data_node="gpu-b").one("p", cls="drained").text.split())
+    assert drained == (
+        "No new job starts here; the jobs on it run to their end: drained by admin at 2026-11-29 12:06:40 "
+        "(fan <noise>)."
+    )
+
+
 def test_job_page_shows_run_suspension_resume_and_checkpoint(ui: TestClient) -> None:
     doc = page(ui, "/ui/jobs/5")
     timeline = doc.one("svg", id="timeline")
@@ -123,6 +136,15 @@ def test_job_page_shows_run_suspension_resume_and_checkpoint(ui: TestClient) -> 
     assert first.one("pre", id="log").text == "step 0\n"
 
 
+def test_job_page_shows_the_spec_as_a_job_file_escaped(ui: TestClient, snap: snapshot.Snapshot) -> None:
+    # Who may see it is the API's answer for the whole page (tests/security/test_cross_user.py).
+    spec = {**snap.jobs[1].spec, "task_name": "<b>resnet</b>", "cmd": "python3 t.py --tag '</pre><script>'"}
+    snap.jobs[1] = snap.jobs[1].model_copy(update={"spec": spec})
+    raw = ui.get("/ui/jobs/1").text
+    assert "</pre><script>'" not in raw and "&lt;/pre&gt;&lt;script&gt;" in raw
+    assert parse(raw).one("pre", id="spec").text == job_file(spec)
+
+
 def test_log_tail_says_whether_the_instance_ended(ui: TestClient) -> None:
     live = ui.get("/ui/jobs/5/log", params={"instance": 52})
     assert (live.status_code, live.headers["x-hai-instance-ended"]) == (200, "0")
@@ -134,7 +156,7 @@ def test_log_tail_says_whether_the_instance_ended(ui: TestClient) -> None:
 @pytest.mark.parametrize(
     ("path", "status", "words"),
     [
-        pytest.param("/ui/jobs/99", 404, "job 99 not found", id="unknown job"),
+        pytest.param("/ui/jobs/99", 404, "task 99 not found", id="unknown job"),
         pytest.param("/ui/jobs?id=abc", 400, "is not a job id", id="bad job id in the search box"),
     ],
 )

@@ -18,8 +18,11 @@ T0 = 1_700_000_000.0
 """`now` of every table test; other times are written relative to it."""
 
 
-def node(name: str, gpu_type: str = "V100", gpus: int = 8, cpus: float = 32, memory_gb: float = 256) -> Node:
-    return Node(name, gpu_type, gpus, cpus, memory_gb)
+def node(
+    name: str, gpu_type: str = "V100", gpus: int = 8, cpus: float = 32, memory_gb: float = 256,
+    drained: bool = False,
+) -> Node:
+    return Node(name, gpu_type, gpus, cpus, memory_gb, drained)
 
 
 def wp(node_name: str, *gpus: int, cpus: float = 0, memory_gb: float = 0) -> WorkerPlacement:

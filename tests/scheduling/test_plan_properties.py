@@ -74,7 +74,8 @@ def first_fit(
 def snapshots(draw: st.DrawFn) -> Snapshot:
     nodes = [
         Node(f"n{i}", draw(st.sampled_from(["V100", "A100"])), draw(st.sampled_from([0, 2, 4, 8, 8])),
-             draw(st.sampled_from([4, 16, 32])), draw(st.sampled_from([32, 128, 256])))
+             draw(st.sampled_from([4, 16, 32])), draw(st.sampled_from([32, 128, 256])),
+             draw(st.sampled_from([False, False, False, True])))
         for i in range(draw(st.integers(1, 5)))
     ]
     free = {n.name: [list(range(n.gpus)), n.cpus, n.memory_gb] for n in nodes}
@@ -158,6 +159,11 @@ def check(snapshot: Snapshot, decisions: list[Decision]) -> None:
         assert victim.state == "RUNNING" and (victim.max_schedule == 0 or victim.total_gpus == 0)
         assert any(r.job_id == s.preemptor_id for r in reserves)
     assert len(victims) == len(suspends), "a job is suspended for one preemptor only"
+    drained = {n.name for n in snapshot.nodes if n.drained}
+    for d in admits + reserves:
+        assert not drained & {w.node for w in d.placement}, f"job {d.job_id} placed on a drained node"
+    for v in victims:
+        assert {w.node for w in jobs[v].placement} - drained, f"victim {v} frees only drained nodes"
     reserved_for = {(r.node, g): r.job_id for r in snapshot.reservations if r.job_id in waiting
                     for g in r.gpus}
     admitted_at = {d.job_id: i for i, d in enumerate(decisions) if isinstance(d, Admit)}

@@ -44,6 +44,10 @@ class Case:
     """The route changes the job: it gets a job of its own (low priority, 1 GPU)."""
     held: bool = field(default=False, kw_only=True)
     """carol suspends that job first."""
+    ended: bool = field(default=False, kw_only=True)
+    """The admin cancels that job first, and it has ended."""
+    first: int = field(default=200, kw_only=True)
+    """What the first viewer let in gets: 201 where the route makes a job (the others get it again, 200)."""
 
 
 CASES = [
@@ -70,6 +74,35 @@ CASES = [
             "POST", "/api/v1/jobs/{job}/resume", {**NOT_HERS, "alice": 403}, ("carol",), fresh=True, held=True
         ),
         id="job resume: her group's admin only",
+    ),
+    pytest.param(
+        Case("POST", "/api/v1/jobs/{job}/hold", NOT_HERS, MAY_SEE, fresh=True, held=True),
+        id="job hold: hers, her group's admin's, the platform admin's",
+    ),
+    pytest.param(
+        Case(
+            "POST",
+            "/api/v1/jobs/{job}/release",
+            {**NOT_HERS, "alice": 403},
+            ("carol",),
+            fresh=True,
+            held=True,
+        ),
+        id="job release: an admin's hold by an admin only",
+    ),
+    pytest.param(
+        Case(
+            "POST",
+            "/api/v1/jobs/{job}/requeue",
+            NOT_HERS,
+            MAY_SEE,
+            {"fresh": False},
+            shows='"requeued_from":{job}',
+            fresh=True,
+            ended=True,
+            first=201,
+        ),
+        id="job requeue: once, by her, her group's admin or the platform admin",
     ),
     pytest.param(
         Case("GET", "/api/v1/instances/{instance}", NOT_HERS, MAY_SEE, shows='"job_id":{job}'), id="instance"
@@ -235,10 +268,17 @@ def test_another_user_is_refused_and_the_owner_is_let_in(
         headers = bearer(viewer) if viewer else {}
         return http.request(case.method, url, json=case.body, headers=headers)
 
+    made: list[int] = []
     try:
         if case.held:
             held = http.post(f"/api/v1/jobs/{job}/suspend", headers=bearer("carol"))
             assert held.status_code == 200, held.text
+        if case.ended:
+            http.post(f"/api/v1/jobs/{job}/cancel", headers=bearer("admin"))
+            deadline = time.monotonic() + 30
+            while http.get(f"/api/v1/jobs/{job}", headers=bearer("admin")).json()["state"] != "CANCELLED":
+                assert time.monotonic() < deadline, f"job {job} was not cancelled"
+                time.sleep(0.1)
         signed_out = send(None)
         assert signed_out.status_code == 401, signed_out.text
         assert case.hides.format(**values) not in signed_out.text
@@ -252,15 +292,17 @@ def test_another_user_is_refused_and_the_owner_is_let_in(
                 assert case.public.format(**values) in answer.text, (viewer, answer.text)
         assert witness(http, job) == before, "a refused request changed something"
 
-        for viewer in case.allowed:
+        for n, viewer in enumerate(case.allowed):
             answer = send(viewer)
-            assert answer.status_code == 200, (viewer, answer.text)
+            assert answer.status_code == (case.first if n == 0 else 200), (viewer, answer.text)
             if case.shows is not None:
                 assert case.shows.format(**values) in answer.text, (viewer, answer.text)
+            if answer.status_code == 201:
+                made.append(answer.json()["id"])
     finally:
-        if case.fresh:
+        for mine in ([job] if case.fresh else []) + made:
             with contextlib.suppress(httpx.HTTPError):
-                http.post(f"/api/v1/jobs/{job}/cancel", headers=bearer("admin"))
+                http.post(f"/api/v1/jobs/{mine}/cancel", headers=bearer("admin"))
 
 
 def test_the_quota_check_answers_for_the_caller_alone(http: httpx.Client, hers: Hers) -> None:

@@ -333,6 +333,29 @@ def test_suspend_and_resume_are_for_admins(api: Api) -> None:
     assert kinds == ["submitted", "hold_requested", "hold_released"]
 
 
+def test_a_requeue_is_admitted_like_a_submit_and_made_once(api: Api) -> None:
+    api.with_controller()
+    failed = api.submit(resource_pkg=457, max_schedule=4, cmd="exit 3")
+    api.until_state(failed["id"], "FAILED")
+    running = api.submit(resource_pkg=457, max_schedule=4, cmd="sleep 30")
+    # Her quota is held by the running job: the requeue is refused as a submit would be, and nothing changes.
+    body = error_of(api.post(f"/jobs/{failed['id']}/requeue", "carol", json={"fresh": True}), 409)
+    assert body["field"] == "max_schedule" and "over your high-priority quota" in body["error"]
+    assert api.job(failed["id"])["events"][-1]["kind"] == "failed"
+    api.post(f"/jobs/{running['id']}/cancel", "alice")
+    api.until_state(running["id"], "CANCELLED")
+    made = api.post(f"/jobs/{failed['id']}/requeue", "carol", json={"fresh": True})
+    assert made.status_code == 201, made.text
+    new = made.json()
+    assert (new["user"], new["group"], new["priority"]) == ("alice", "vision", "high")
+    assert new["requeued_from"] == failed["id"]
+    again = api.post(f"/jobs/{failed['id']}/requeue", "alice", json={})
+    assert (again.status_code, again.json()["id"]) == (200, new["id"])
+    event = api.job(new["id"])["events"][0]
+    assert (event["kind"], event["actor"]) == ("requeued", "carol")
+    assert event["reason"].endswith(f"requeued from task {failed['id']} by carol, starting afresh")
+
+
 # ---- queue, quotas, nodes, packages -----------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import gc
 import random
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -58,43 +59,103 @@ def check_settled(api: Api) -> bool:
     return True
 
 
-WRITE_PATHS = {"submit", "cancel", "hold", "resume", "promote", "group-quota", "user-quota"}
-"""Every kind of write `act` makes (its answer's first word); each seed below takes every one."""
+WRITE_PATHS = {
+    "submit",
+    "cancel",
+    "suspend",
+    "resume",
+    "hold",
+    "release",
+    "requeue",
+    "promote",
+    "group-quota",
+    "user-quota",
+    "drain",
+    "undrain",
+}
+"""Every kind of write `act` makes (its answer's first word); each seed below takes every one, and a
+request the API refused answers `refused ...` (it wrote nothing)."""
+
+
+def done(r: Any, what: str, *refusals: int) -> str:
+    """`what` if the API did it; `refused what` for an expected refusal (anything else fails)."""
+    assert r.status_code in (200, 201, *refusals), (what, r.text)
+    return what if r.status_code in (200, 201) else f"refused {what}"
+
+
+HOLDS = ("held by", "suspended by admin")
+"""How a held job's reason begins: its owner's hold, or an admin's."""
+
+
+def pick(api: Api, rng: random.Random, states: str, keep: Callable[[str], bool] = bool) -> int | None:
+    """One of the jobs in these states (comma-separated) whose reason `keep` keeps; None if none is."""
+    found = [
+        j["id"]
+        for j in api.get("/jobs", params={"all": True, "state": states}).json()
+        if keep(j["reason"] or "")
+    ]
+    return rng.choice(sorted(found)) if found else None
+
+
+def submit(api: Api, rng: random.Random, jobs: list[int]) -> tuple[int | None, str]:
+    """A random job of a random user, its id None when refused (over the high-priority quota)."""
+    user = rng.choice(USERS)
+    high = rng.random() < 0.4
+    body: dict[str, Any] = {
+        "resource_pkg": rng.choice(PACKAGES),
+        "cmd": rng.choice(("true", "sleep 30", "exit 3")),
+        "max_schedule": rng.choice((4, 8)) if high else 0,
+    }
+    if rng.random() < 0.2:
+        body = {"mode": "distributed", "cmd": "sleep 30", "max_schedule": body["max_schedule"]}
+    r = api.post("/jobs", user, json={"spec": api.spec(**body)})
+    assert r.status_code in (201, 409), r.text  # 409: over the high-priority quota
+    if r.status_code != 201:
+        return None, f"submit {body}"
+    jobs.append(r.json()["id"])
+    return jobs[-1], f"submit {body}"
 
 
 def act(api: Api, rng: random.Random, jobs: list[int]) -> str:
     """One random request a user or an admin could make."""
     roll = rng.random()
-    if roll < 0.45 or not jobs:
-        user = rng.choice(USERS)
-        high = rng.random() < 0.4
-        body: dict[str, Any] = {
-            "resource_pkg": rng.choice(PACKAGES),
-            "cmd": rng.choice(("true", "sleep 30", "exit 3")),
-            "max_schedule": rng.choice((4, 8)) if high else 0,
-        }
-        if rng.random() < 0.2:
-            body = {"mode": "distributed", "cmd": "sleep 30", "max_schedule": body["max_schedule"]}
-        r = api.post("/jobs", user, json={"spec": api.spec(**body)})
-        assert r.status_code in (201, 409), r.text  # 409: over the high-priority quota
-        if r.status_code == 201:
-            jobs.append(r.json()["id"])
-        return f"submit {body}"
+    if 0.2 <= roll < 0.3:  # an admin drains the node, or undrains it
+        drained = api.get("/nodes").json()[0]["state"] != "ready"
+        action = "undrain" if drained else "drain"
+        return done(api.post(f"/nodes/node1/{action}", json=None if drained else {}), f"{action} node1")
+    if roll < 0.35 or not jobs:
+        return submit(api, rng, jobs)[1]
     job_id = rng.choice(jobs)
-    if roll < 0.6:
+    if roll < 0.43:
         api.post(f"/jobs/{job_id}/cancel", "admin")
         return f"cancel {job_id}"
-    if roll < 0.72:
+    if roll < 0.49:
         api.post(f"/jobs/{job_id}/suspend", "admin")
-        return f"hold {job_id}"
-    if roll < 0.82:
+        return f"suspend {job_id}"
+    if roll < 0.55:
         api.post(f"/jobs/{job_id}/resume", "admin")
         return f"resume {job_id}"
-    if roll < 0.9:
+    if roll < 0.64:
+        unheld = pick(api, rng, "PENDING,SUSPENDED", lambda reason: not reason.startswith(HOLDS))
+        # else a job submitted now: it waits, as the controller has not stepped since
+        waiting = unheld or submit(api, rng, jobs)[0] or job_id
+        return done(api.post(f"/jobs/{waiting}/hold", api.job(waiting)["user"]), f"hold {waiting}", 409)
+    if roll < 0.75:
+        held = pick(api, rng, "PENDING,SUSPENDED", lambda reason: reason.startswith(HOLDS[0])) or job_id
+        # 403: an admin's hold; 409: no job is held
+        return done(api.post(f"/jobs/{held}/release", api.job(held)["user"]), f"release {held}", 403, 409)
+    if roll < 0.83:
+        ended = pick(api, rng, "FAILED,CANCELLED") or job_id
+        r = api.post(f"/jobs/{ended}/requeue", api.job(ended)["user"], json={"fresh": rng.random() < 0.5})
+        if r.status_code == 201:
+            jobs.append(r.json()["id"])
+        # 409: not ended, succeeded, or over the quota by now
+        return done(r, f"requeue {ended}", 409)
+    if roll < 0.88:
         api.post(f"/jobs/{job_id}/promote", "admin", json={"max_schedule": 8})
         return f"promote {job_id}"
     gpus = rng.choice((0, 8, 16, None))
-    if roll < 0.95:
+    if roll < 0.94:
         r = api.put("/quotas/groups/vision", "admin", json={"gpus": gpus})
         assert r.status_code == 200, r.text
         return f"group-quota vision {gpus}"
@@ -113,7 +174,7 @@ def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: i
     jobs: list[int] = []
     settled = 0
     taken: set[str] = set()
-    for _ in range(40):
+    for _ in range(50):
         what = act(api, rng, jobs)
         taken.add(what.split()[0])
         api.step()
@@ -122,14 +183,14 @@ def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: i
             settled += check_settled(api)
         except AssertionError as e:
             raise AssertionError(f"after {what}: {e}") from e
-    assert taken == WRITE_PATHS, "a write path went untried"
+    assert taken - {"refused"} == WRITE_PATHS, "a write path went untried"
     # Every cycle above was planned from the feed, not from a full read.
     assert controller.keeper.last_resync == resynced
     assert settled, "no step left the cluster settled: the skip went unchecked"
     with api.ctx.store.read() as s:
         kinds = set(s.scalars(select(ChangeRow.kind)))
         assert changes.newest(s)[1] > 40
-    assert {changes.JOB, changes.QUOTA} <= kinds
+    assert {changes.JOB, changes.QUOTA, changes.NODES} <= kinds
 
 
 def test_a_change_made_by_another_server_reaches_the_kept_state(api_factory: Any) -> None:

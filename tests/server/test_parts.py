@@ -191,6 +191,14 @@ def _rows(stop_kind: str | None = None, cancel: bool = False) -> tuple[JobRow, I
         pytest.param(
             None, False, Exit(7, None, "vanished", lost=True), ("lost", "SUSPENDED"), id="lost requeues"
         ),
+        pytest.param("timeout", False, Exit(7, -9, "kill"), ("timeout", "TIMEOUT"), id="time limit"),
+        pytest.param("timeout", False, Exit(7, 75, "saved"), ("timeout", "TIMEOUT"), id="saved at limit"),
+        pytest.param(
+            "timeout", False, Exit(7, 0, "done"), ("completed", "SUCCEEDED"), id="done within the grace"
+        ),
+        pytest.param(
+            "timeout", True, Exit(7, -9, "kill"), ("cancelled", "CANCELLED"), id="cancel beats timeout"
+        ),
     ],
 )
 def test_exit_outcome(stop_kind: str | None, cancel: bool, exit: Exit, expected: tuple[str, str]) -> None:

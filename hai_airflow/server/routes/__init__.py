@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from hai_airflow.server.routes import cluster, instances, jobs
+from hai_airflow.server.routes import accounting, cluster, feed, instances, jobs
 
 router = APIRouter(prefix="/api/v1")
 router.include_router(cluster.router)
+router.include_router(accounting.router)
+router.include_router(feed.router)  # before jobs: /jobs/revision is no job id
 router.include_router(jobs.router)
 router.include_router(instances.router)

@@ -1,18 +1,30 @@
-"""Cluster routes: who am I, resource packages, nodes, the queue, and quotas."""
+"""Cluster routes: who am I, resource packages, nodes and their drains, the queue, and quotas."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy.orm import Session
 
 from hai_airflow.server import capacity, queue, quotas, submission
+from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
+from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError, not_found
 from hai_airflow.server.routes.deps import CallerDep, CtxDep
-from hai_airflow.server.tables import GroupRow, UserRow
-from hai_airflow.spec import NodeView, PrincipalName, QueueEntryView, QuotaView, ResourcePackageView
+from hai_airflow.server.tables import GroupRow, NodeRow, UserRow
+from hai_airflow.spec import (
+    DrainReason,
+    NodeName,
+    NodeView,
+    PrincipalName,
+    QueueEntryView,
+    QuotaView,
+    ResourcePackageView,
+)
 
 router = APIRouter()
 
@@ -44,8 +56,66 @@ def resource_packages(ctx: CtxDep, caller: CallerDep) -> list[ResourcePackageVie
 
 @router.get("/nodes")
 def nodes(ctx: CtxDep, caller: CallerDep) -> list[NodeView]:
+    """Every node: its GPUs (held, reserved, free), its state, and the jobs on it (others' by id only)."""
     with ctx.store.read() as s:
-        return capacity.node_views(s)
+        return capacity.node_views(s, caller.may_see)
+
+
+class DrainRequest(BaseModel):
+    """Body of `POST /nodes/{name}/drain`."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: DrainReason | None = Field(default=None, description="Why, as `hai nodes` shows it.")
+
+
+@router.post("/nodes/{name}/drain")
+def drain_node(
+    name: NodeName,
+    body: Annotated[DrainRequest, strict_body(DrainRequest)],
+    ctx: CtxDep,
+    caller: CallerDep,
+) -> NodeView:
+    """No new placement on the node (start or resume) until it is undrained; the jobs on it run to
+    their end. Platform admins only; draining a drained node changes nothing."""
+    with ctx.store.write() as s:
+        row = _node_to_change(s, caller, name, "drain")
+        if not row.drained:
+            row.drained, row.drained_by, row.drained_at = True, caller.name, time.time()
+            row.drain_reason = body.reason
+    ctx.wakeup.set()
+    return _node_view(ctx, caller, name)
+
+
+@router.post("/nodes/{name}/undrain")
+def undrain_node(name: NodeName, ctx: CtxDep, caller: CallerDep) -> NodeView:
+    """The node takes new jobs again. Platform admins only; undraining a ready node changes nothing."""
+    with ctx.store.write() as s:
+        row = _node_to_change(s, caller, name, "undrain")
+        if row.drained:
+            row.drained, row.drained_by, row.drained_at, row.drain_reason = False, None, None, None
+    ctx.wakeup.set()
+    return _node_view(ctx, caller, name)
+
+
+def _node_to_change(s: Session, caller: Caller, name: str, action: str) -> NodeRow:
+    if not caller.is_platform_admin:
+        raise ApiError(403, f"only a platform admin can {action} nodes", fix="Ask the platform admin")
+    row = s.get(NodeRow, name)
+    if row is None:
+        raise _no_such_node(name)
+    return row
+
+
+def _node_view(ctx: ServerContext, caller: Caller, name: str) -> NodeView:
+    with ctx.store.read() as s:
+        found = [v for v in capacity.node_views(s, caller.may_see) if v.name == name]
+    if not found:  # the config file of a server starting just now dropped it
+        raise _no_such_node(name)
+    return found[0]
+
+
+def _no_such_node(name: str) -> ApiError:
+    return not_found("node", name, fix="See the nodes with `hai nodes`")
 
 
 @router.get("/queue")

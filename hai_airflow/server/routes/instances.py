@@ -20,7 +20,7 @@ from hai_airflow.backends.base import Handle
 from hai_airflow.backends.live_logs import FanIn, LiveLogs, WorkerLog, read_workers
 from hai_airflow.backends.safefs import UnsafeFile
 from hai_airflow.server.context import ServerContext
-from hai_airflow.server.errors import ApiError
+from hai_airflow.server.errors import ApiError, ServerStopping
 from hai_airflow.server.routes.deps import DB_RECHECK_SECONDS, CallerDep, CtxDep, visible_instance
 from hai_airflow.server.tables import InstanceRow
 from hai_airflow.server.views import instance_view
@@ -117,14 +117,25 @@ async def _follow_live(
     """The workers' logs followed from the backend; when one cannot be read, the kept log once it ends."""
     # Made here, not in the route: the streams open only once the answer is being sent.
     fan_in = FanIn(workers, tail, backend.explain_log_error)
+    stop = asyncio.ensure_future(_close_on_stop(ctx, fan_in))
     try:
         async for text in iterate_in_threadpool(fan_in):
             yield text
     finally:
+        stop.cancel()
         fan_in.close()
+    if ctx.stopping.is_set():
+        raise ServerStopping(f"the server stopped while instance {instance_id}'s log was followed")
     if fan_in.unreadable:
         async for text in _follow(ctx, instance_id, logs.LogCursor(path, ctx.home), 0):
             yield text
+
+
+async def _close_on_stop(ctx: ServerContext, fan_in: FanIn) -> None:
+    """End the fan-in when the server stops (it waits for the workers' next lines in threads)."""
+    while not ctx.stopping.is_set():
+        await asyncio.sleep(LOG_POLL_SECONDS)
+    fan_in.close()
 
 
 def _refused(instance_id: int, exc: UnsafeFile) -> ApiError:
@@ -153,6 +164,8 @@ async def _follow(ctx: ServerContext, instance_id: int, log: logs.LogCursor, tai
                 yield text
         last_check, finished = 0.0, False
         while True:
+            if ctx.stopping.is_set():
+                raise ServerStopping(f"the server stopped while instance {instance_id}'s log was followed")
             if time.monotonic() - last_check >= DB_RECHECK_SECONDS:
                 finished = await run_in_threadpool(ended)
                 last_check = time.monotonic()

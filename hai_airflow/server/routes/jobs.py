@@ -1,4 +1,4 @@
-"""Job routes: submit, list, show, wait, and the requests the controller acts on."""
+"""Job routes: submit, list, show, wait, requeue, and the requests the controller acts on."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ from fastapi import APIRouter, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from hai_airflow.scheduling.model import WAITING
 from hai_airflow.server import by_id, submission
+from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.errors import ApiError
+from hai_airflow.server.holds import held_by, hold_reason, owners_hold
 from hai_airflow.server.routes.deps import (
     DB_RECHECK_SECONDS,
     JOB_STATES,
@@ -21,8 +25,10 @@ from hai_airflow.server.routes.deps import (
     SubmissionsDep,
     add_event,
     current_instance,
+    listable,
     require_group_admin,
     require_unfinished,
+    selected,
     view_of,
     visible_job,
 )
@@ -56,6 +62,15 @@ class PromoteRequest(BaseModel):
     )
 
 
+class RequeueRequest(BaseModel):
+    """Body of `POST /jobs/{id}/requeue`."""
+
+    model_config = ConfigDict(extra="forbid")
+    fresh: bool = Field(
+        default=False, description="Start from scratch instead of the ended job's latest checkpoint."
+    )
+
+
 def _states(state: str | None) -> list[str] | None:
     if state is None:
         return None
@@ -85,6 +100,33 @@ async def submit_job(
     return view
 
 
+@router.post(
+    "/jobs/{job_id}/requeue",
+    status_code=201,
+    responses={200: {"description": "The job an earlier requeue of this job made"}},
+)
+async def requeue_job(
+    job_id: StoreId,
+    body: Annotated[RequeueRequest, strict_body(RequeueRequest)],
+    response: Response,
+    ctx: CtxDep,
+    submissions: SubmissionsDep,
+    caller: CallerDep,
+) -> JobView:
+    """Run an ended job again as a new job of its owner, linked to it: the same spec, admitted like a
+    submit, resuming from its latest checkpoint unless `fresh`. A job is requeued once: asking again
+    answers the job the first requeue made."""
+
+    def requeue() -> submission.Submit:
+        with ctx.store.read() as s:
+            return submission.requeue(s, visible_job(s, caller, job_id), caller, body.fresh)
+
+    view, created = await submissions.put(await run_in_threadpool(requeue))
+    if not created:
+        response.status_code = 200
+    return view
+
+
 @router.get("/jobs")
 def list_jobs(
     ctx: CtxDep,
@@ -96,14 +138,13 @@ def list_jobs(
     all: bool = False,
     limit: Annotated[int | None, Query(ge=1, le=100_000)] = None,
     before: Annotated[int | None, Query(ge=1, description="Only ids below this: the next page.")] = None,
+    selector: Annotated[
+        FilterText | None, Query(description="Labels to match: team=vision,stage!=eval,gpu,!draft.")
+    ] = None,
 ) -> list[JobView]:
     """Newest first; `before` (the last id of a page) gives the page after it."""
     states = _states(state)
-    query = select(JobRow)
-    if not caller.is_platform_admin:
-        query = query.where(
-            (JobRow.user_name == caller.name) | JobRow.group_name.in_(sorted(caller.admin_of))
-        )
+    query = selected(listable(select(JobRow), caller), selector)
     with ctx.store.read() as s:
         if user is not None and user != caller.name and not caller.is_platform_admin:
             owner = s.get(UserRow, user)
@@ -111,7 +152,7 @@ def list_jobs(
             if owner is None or not caller.administers(owner.group_name):
                 raise ApiError(
                     403,
-                    f"you may not list {user}'s jobs",
+                    f"you may not list {user}'s tasks",
                     field="user",
                     fix="List your own jobs (leave out --user), or those of a group you administer",
                 )
@@ -178,7 +219,7 @@ async def wait_job(
     while True:
         view = await run_in_threadpool(load)
         remaining = deadline - time.monotonic()
-        if since_state is None or view.state != since_state or remaining <= 0:
+        if since_state is None or view.state != since_state or remaining <= 0 or ctx.stopping.is_set():
             return view
         # A controller in this process wakes us at once; one in another process is seen by the re-check.
         await ctx.changed.wait(min(DB_RECHECK_SECONDS, remaining))
@@ -208,10 +249,10 @@ def promote_job(
         row = visible_job(s, caller, job_id)
         require_unfinished(row, "promote")
         if row.cancel_requested:
-            raise ApiError(409, f"job {job_id} is being cancelled", field="job_id", fix="Submit a new job")
+            raise ApiError(409, f"task {job_id} is being cancelled", field="job_id", fix="Submit a new task")
         gpus = row.workers * row.gpus_per_worker
         if not holds_high_priority(body.max_schedule, gpus):
-            raise ApiError(409, f"job {job_id}: {CPU_NEVER_HIGH[0]}", field="job_id", fix=CPU_NEVER_HIGH[1])
+            raise ApiError(409, f"task {job_id}: {CPU_NEVER_HIGH[0]}", field="job_id", fix=CPU_NEVER_HIGH[1])
         if not is_high(row.max_schedule):
             submission.check_quota(ctx, s, row.user_name, row.group_name, gpus, exclude=(row.id,))
         old = row.max_schedule
@@ -222,6 +263,32 @@ def promote_job(
         return view_of(s, visible_job(s, caller, job_id))
 
 
+def _hold(s: Session, row: JobRow, caller: Caller) -> None:
+    """Hold the job for the caller, once; an admin's hold replaces its owner's (the admin's wins)."""
+    if row.held and (not owners_hold(row) or caller.name == row.user_name):
+        return
+    row.held, row.held_by = True, caller.name
+    if row.state in WAITING:
+        row.reason = hold_reason(row)
+    add_event(s, row, "hold_requested", held_by(row), caller)
+
+
+def _release(s: Session, row: JobRow, caller: Caller, reason: str) -> None:
+    row.held, row.held_by = False, None
+    if row.state in WAITING:
+        row.reason = submission.QUEUED
+    add_event(s, row, "hold_released", reason, caller)
+
+
+def _not_held(job_id: StoreId) -> ApiError:
+    return ApiError(
+        409,
+        f"task {job_id} is not held",
+        field="job_id",
+        fix="A preempted job resumes by itself when GPUs free up; see `hai queue`",
+    )
+
+
 @router.post("/jobs/{job_id}/suspend")
 def suspend_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     """An admin's hold: the controller stops the job (it resumes from its checkpoint after /resume)."""
@@ -229,9 +296,7 @@ def suspend_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
         row = visible_job(s, caller, job_id)
         require_group_admin(caller, row, "suspend")
         require_unfinished(row, "suspend")
-        if not row.held:
-            row.held, row.held_by = True, caller.name
-            add_event(s, row, "hold_requested", f"suspended by admin {caller.name}", caller)
+        _hold(s, row, caller)
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))
@@ -244,14 +309,50 @@ def resume_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
         require_group_admin(caller, row, "resume")
         require_unfinished(row, "resume")
         if not row.held:
+            raise _not_held(job_id)
+        _release(s, row, caller, f"resumed by admin {caller.name}")
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return view_of(s, visible_job(s, caller, job_id))
+
+
+@router.post("/jobs/{job_id}/hold")
+def hold_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
+    """Keep a waiting job (PENDING, or SUSPENDED waiting to resume) from being scheduled until
+    /release: its owner's hold, or an admin's, which only an admin releases."""
+    with ctx.store.write() as s:
+        row = visible_job(s, caller, job_id)
+        require_unfinished(row, "hold")
+        if not row.held and row.state not in WAITING:
             raise ApiError(
                 409,
-                f"job {job_id} is not suspended by an admin",
+                f"cannot hold task {job_id}: it is {row.state}; only a PENDING or SUSPENDED task is held",
                 field="job_id",
-                fix="A preempted job resumes by itself when GPUs free up; see `hai queue`",
+                fix=f"To stop it and hold it, a group admin runs `hai suspend {job_id}`; "
+                f"or stop it for good with `hai cancel {job_id}`",
             )
-        row.held, row.held_by = False, None
-        add_event(s, row, "hold_released", f"resumed by admin {caller.name}", caller)
+        _hold(s, row, caller)
+    ctx.wakeup.set()
+    with ctx.store.read() as s:
+        return view_of(s, visible_job(s, caller, job_id))
+
+
+@router.post("/jobs/{job_id}/release")
+def release_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
+    """Let a held job be scheduled again; the hold's owner, or an admin of its group, releases it."""
+    with ctx.store.write() as s:
+        row = visible_job(s, caller, job_id)
+        require_unfinished(row, "release")
+        if not row.held:
+            raise _not_held(job_id)
+        if row.held_by != caller.name and not caller.administers(row.group_name):
+            raise ApiError(
+                403,
+                f"task {job_id} is {held_by(row)}; only an admin of group {row.group_name} can release it",
+                field="job_id",
+                fix=f"Ask {row.held_by} or your group admin to release it",
+            )
+        _release(s, row, caller, f"released by {caller.name}")
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))

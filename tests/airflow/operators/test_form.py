@@ -11,7 +11,8 @@ from hai_airflow.operators.form import FormError, spec_from_form
 NAS = {"task_name": "t", "code_src": "nas", "code_path": "/nas/me/code", "cmd": "python3 train.py"}
 """What a NAS job needs; everything else as the form opens (None)."""
 AS_OPENED = dict.fromkeys(
-    ("gpu_type", "git_branch", "model_dir", "project_storage", "shm", "processes", "worker_image", "cpus"),
+    ("gpu_type", "git_branch", "model_dir", "project_storage", "shm", "processes", "worker_image", "cpus",
+     "time_limit"),
     None,
 )
 
@@ -44,6 +45,12 @@ AS_OPENED = dict.fromkeys(
             {"project_storage": (10111, 10222), "shm": 256},
             id="storages as typed",
         ),
+        pytest.param(
+            {**NAS, "resource_pkg": 454, "time_limit": "1h30m"},
+            {"time_limit_seconds": 5400},
+            id="a time limit as a duration",
+        ),
+        pytest.param({**NAS, "resource_pkg": 454}, {"time_limit_seconds": None}, id="no time limit"),
     ],
 )
 def test_the_form_makes_the_job(form: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -75,6 +82,11 @@ def test_the_form_makes_the_job(form: dict[str, Any], expected: dict[str, Any]) 
             {**NAS, "resource_pkg": 454, "code_path": "   "},
             "code_path (代码地址 Code path):",
             id="a field the spec refuses is named with its label",
+        ),
+        pytest.param(
+            {**NAS, "resource_pkg": 454, "time_limit": "90"},
+            "time_limit (运行时限 Time limit): '90' has no unit: write 90m for minutes or 90s for seconds",
+            id="a time limit without a unit",
         ),
     ],
 )

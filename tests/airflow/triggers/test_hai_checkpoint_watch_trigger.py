@@ -171,7 +171,7 @@ def test_a_refusal_is_logged_and_the_watcher_goes_on(
     events = events_while(trigger, lambda: True, linger=1.5)
     assert events == []
     logged = capfd.readouterr().out
-    assert "cannot watch hai job 999999, trying again in 0.2 s: job 999999 not found" in logged
+    assert "cannot watch hai job 999999, trying again in 0.2 s: task 999999 not found" in logged
     assert logged.count("cannot watch hai job 999999") >= 3, "it must keep trying"
 
 

@@ -83,6 +83,17 @@ def test_failed_event_carries_the_reason(hai_conn: Callable[..., LiveServer]) ->
     assert "3" in (event.reason or "") and "boom" in event.log_tail
 
 
+def test_a_job_out_of_time_is_a_timeout_event_with_the_reason(hai_conn: Callable[..., LiveServer]) -> None:
+    server = hai_conn()
+    with server.client() as client:
+        job = client.submit(
+            CpuJobSpec(task_name="trigger-test", code_path="/tmp", cmd="sleep 30", time_limit_seconds=1)
+        )
+    event = HaiJobEvent.model_validate(first_event(HaiJobTrigger(job.id)))
+    assert (event.status, event.state) == ("timeout", "TIMEOUT")
+    assert (event.reason or "").startswith("reached its time limit of 1s")
+
+
 def test_target_state_is_reached_before_the_end(hai_conn: Callable[..., LiveServer]) -> None:
     server = hai_conn()
     job = submit(server, "sleep 30")

@@ -1,0 +1,96 @@
+"""Jobs that wait for other jobs, like Slurm's `--dependency=afterok:N` and `afterany:N`.
+
+A job whose spec names `after` (each must succeed) or `after_any` (each must end) is stored `blocked`
+and kept from the planner. Every cycle the controller looks at the blocked jobs it keeps: once every
+job they wait for has ended, it releases them (the planner sees them from then on), or, when one that
+had to succeed did not, cancels them and says which and why. The rule is `verdict`, pure.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hai_airflow.server.auth import Caller
+from hai_airflow.server.errors import ApiError
+from hai_airflow.server.tables import JobRow
+from hai_airflow.spec import TERMINAL_STATES, JobSpec, JobState
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What a blocked job waits for."""
+
+    ok: tuple[int, ...]
+    """Jobs that must succeed (`after`)."""
+    any: tuple[int, ...]
+    """Jobs that must end, in any state (`after_any`)."""
+
+    @classmethod
+    def of_spec(cls, spec_json: str) -> Waits:
+        data = json.loads(spec_json)
+        return cls(tuple(data.get("after") or ()), tuple(data.get("after_any") or ()))
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(self.ok + self.any))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    release: bool
+    """True: every job waited for has ended as needed; False: cancel it (`reason` says why)."""
+    reason: str
+
+
+def verdict(waits: Waits, states: Mapping[int, JobState]) -> Verdict | None:
+    """What to do with a blocked job, given the states of the jobs it waits for: None while one of
+    them has not ended."""
+    if any(states.get(i) not in TERMINAL_STATES for i in waits.ids):
+        return None
+    failed = [i for i in waits.ok if states[i] != JobState.SUCCEEDED]
+    if failed:
+        first = failed[0]
+        return Verdict(False, f"task {first} ended {states[first]}, so its --after can never be met")
+    return Verdict(True, f"{_tasks(waits.ids)} ended as it waited for; released to the scheduler")
+
+
+def waiting_reason(waits: Waits) -> str:
+    """Why a blocked job waits, as `hai queue` and `hai task` show it."""
+    parts = []
+    if waits.ok:
+        parts.append(f"{_tasks(waits.ok)} to succeed (--after)")
+    if waits.any:
+        parts.append(f"{_tasks(waits.any)} to end (--after-any)")
+    return "waiting for " + " and ".join(parts)
+
+
+def _tasks(ids: Sequence[int]) -> str:
+    return ("task " if len(ids) == 1 else "tasks ") + ", ".join(map(str, ids))
+
+
+def check(s: Session, caller: Caller, spec: JobSpec) -> Waits | None:
+    """The job's waits, refused (422) when one names a job the submitter may not see, or one that
+    ended so that it can never be met; None when it waits for nothing."""
+    waits = Waits(tuple(spec.after), tuple(spec.after_any))
+    if not waits.ids:
+        return None
+    rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_(waits.ids)))}
+    for field, ids in (("after", waits.ok), ("after_any", waits.any)):
+        for i in ids:
+            row = rows.get(i)
+            if row is None or not caller.may_see(row.user_name, row.group_name):
+                raise ApiError(
+                    422, f"{field}: task {i} not found", field=f"spec.{field}",
+                    fix="Name tasks you may see (`hai task --all` lists them)",
+                )  # fmt: skip
+            if field == "after" and row.state in TERMINAL_STATES and row.state != JobState.SUCCEEDED:
+                raise ApiError(
+                    422, f"after: task {i} already ended {row.state}; this task could never start",
+                    field="spec.after", fix=f"Wait for a task that can still succeed, or use --after-any {i}",
+                )  # fmt: skip
+    return waits
