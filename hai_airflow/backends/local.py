@@ -570,10 +570,11 @@ class LocalBackend:
                     procs.signal_group(w.pgid, sig)
                     w.killed = True
                 else:
-                    # The group at once, as the notice promised (the supervisor ignores it and stays);
-                    # then what left the group, found by the slower scan of /proc.
+                    # The group at once, as the notice promised (the supervisor ignores it and stays,
+                    # a rank launcher passes it on); then what left the session (the supervisor leads
+                    # it), found by the slower scan of /proc.
                     procs.signal_group(w.pgid, sig)
-                    kill_tree(w.pid, sig)
+                    kill_tree(w.pid, sig, session=w.pgid)
 
     def _instance(self, instance_id: int) -> _Instance:
         with self._lock:

@@ -115,11 +115,16 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def kill_tree(root: int, sig: int, reap: bool = False, seconds: float = KILL_TREE_SECONDS) -> bool:
+def kill_tree(
+    root: int, sig: int, reap: bool = False, seconds: float = KILL_TREE_SECONDS, session: int | None = None
+) -> bool:
     """Send `sig` to every process below `root`; for SIGKILL, again until none is left. True if none is.
 
     Re-scanning catches what forked meanwhile: a child of a killed process is adopted by the subreaper
     `root` and found by the next scan. With `reap`, `root` is this process and reaps its own children.
+    `session`: a session whose processes got `sig` already (through the worker's group, or the rank
+    launcher that forwards it to each rank's group); only those that left it are sent it here. A second
+    SIGTERM can reach a job that saved and is exiting after its handler is gone, and kill it.
     """
     if reap and not _has_children():
         # Every process below a subreaper is its child or below one, so none is left: no scan of /proc.
@@ -129,7 +134,8 @@ def kill_tree(root: int, sig: int, reap: bool = False, seconds: float = KILL_TRE
         pids = descendants(root)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
+                if session is None or os.getsid(pid) != session:
+                    os.kill(pid, sig)
         if reap:
             with contextlib.suppress(ChildProcessError):
                 while os.waitpid(-1, os.WNOHANG)[0] > 0:

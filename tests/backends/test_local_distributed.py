@@ -225,3 +225,31 @@ def test_a_slow_saver_keeps_the_whole_grace_of_the_stop_after_another_worker_sav
     ended = cluster.wait(h.instance_id, timeout=5, backend=backend)
     assert (ended.exit_code, ended.reason) == (75, "exit code 75")
     assert "[worker 1] [rank 1] saved by rank 1" in backend.read_log(h.instance_id)
+
+
+COUNTS_SIGTERMS = """
+import os, signal, sys, time
+got = []
+signal.signal(signal.SIGTERM, lambda *a: got.append(1))
+print("ready", flush=True)
+while not got:
+    time.sleep(0.01)
+time.sleep(1)  # any second SIGTERM would come within this
+print("sigterms", os.environ["RANK"], len(got), flush=True)
+sys.exit(75)
+"""
+
+
+def test_a_stop_sends_each_process_one_sigterm(cluster: Cluster) -> None:
+    # A second one could reach a job that saved and is exiting after its handler is gone, and kill it.
+    (cluster.code / "count.py").write_text(COUNTS_SIGTERMS)
+    h = cluster.start("python3 count.py", mode="distributed", gpus=((0,), (1,)), elastic=True)
+    deadline = time.monotonic() + 5
+    while cluster.backend.read_log(h.instance_id).count("ready") < 2:
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.02)
+    cluster.backend.stop(h.instance_id, grace_seconds=10, notice=True)
+    ended = cluster.wait(h.instance_id, timeout=5)
+    assert (ended.exit_code, ended.reason) == (75, "exit code 75")
+    combined = cluster.backend.read_log(h.instance_id)
+    assert "sigterms 0 1" in combined and "sigterms 1 1" in combined, combined
