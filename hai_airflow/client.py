@@ -250,8 +250,9 @@ class HaiClient:
     def resource_packages(self) -> list[ResourcePackageView]:
         return self._call(endpoints.resource_packages())
 
-    def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
-        return self._call(endpoints.submit(spec, client_key))
+    def submit(self, spec: JobSpec, client_key: str | None = None, array: str | None = None) -> JobView:
+        """The job made; with `array` (`0-9%2`), the first task of the array made."""
+        return self._call(endpoints.submit(spec, client_key, array))
 
     def check_high_priority(self, gpus: int) -> dict[str, Any]:
         """Would `gpus` more high-priority GPUs fit the caller's quota now? {allowed, reason}."""
@@ -266,8 +267,9 @@ class HaiClient:
         limit: int | None = None,
         before: int | None = None,
         selector: str | None = None,
+        array: int | None = None,
     ) -> list[JobView]:
-        return self._call(endpoints.jobs(user, state, group, all, limit, before, selector))
+        return self._call(endpoints.jobs(user, state, group, all, limit, before, selector, array))
 
     def job(self, job_id: int) -> JobDetailView:
         return self._call(endpoints.job(job_id))

@@ -93,8 +93,9 @@ def resource_packages() -> Call[list[ResourcePackageView]]:
     return Call("GET", f"{API}/resource-packages", _PACKAGES.validate_python)
 
 
-def submit(spec: JobSpec, client_key: str | None = None) -> Call[JobView]:
-    body = SubmitRequest(spec=spec, client_key=client_key).model_dump(mode="json")
+def submit(spec: JobSpec, client_key: str | None = None, array: str | None = None) -> Call[JobView]:
+    request = SubmitRequest(spec=spec, client_key=client_key, array=array)
+    body = request.model_dump(mode="json", exclude={"array"} if array is None else set())
     return Call("POST", f"{API}/jobs", JobView.model_validate, body=body)
 
 
@@ -111,11 +112,12 @@ def jobs(
     limit: int | None = None,
     before: int | None = None,
     selector: str | None = None,
+    array: int | None = None,
 ) -> Call[list[JobView]]:
     """Newest first; `before` (the last id of a page) gives the page after it; `selector` matches labels."""
     params: dict[str, Any] = {"all": all}
     given = {"user": user, "state": state, "group": group, "limit": limit, "before": before}
-    params.update({k: v for k, v in {**given, "selector": selector}.items() if v is not None})
+    params.update({k: v for k, v in {**given, "selector": selector, "array": array}.items() if v is not None})
     return Call("GET", f"{API}/jobs", _JOBS.validate_python, params=params)
 
 

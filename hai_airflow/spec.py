@@ -127,6 +127,8 @@ MAX_PROJECT_STORAGES = 64
 """Project storages one job may mount."""
 MAX_DEPENDENCIES = 64
 """Tasks one job may wait for (`after` and `after_any` together)."""
+ARRAY_PATTERN = r"^\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?$"
+"""What `array` may hold (its ranges and limit are checked beside the schema: `arrays.parse`)."""
 MAX_TIME_LIMIT_SECONDS = 365 * 24 * 3600
 """A job's time limit (a year: beyond it, leave the limit out)."""
 
@@ -545,6 +547,13 @@ class SubmitRequest(_Strict):
         default=None,
         description="Idempotency key: a retried submit with the same key returns the same job.",
     )
+    array: str | None = Field(
+        default=None,
+        max_length=200,
+        pattern=ARRAY_PATTERN,
+        description="Make one task per index, like Slurm's --array: 0-9, 0-15:4, 1,3,5, with %K for "
+        "at most K running at once (0-9%2). Each sees HAI_ARRAY_INDEX; the answer is the first task.",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -665,6 +674,8 @@ class JobView(JobShapeView):
         default=None,
         description="The ended job this one runs again (`hai requeue`); null for a job submitted anew.",
     )
+    array_id: int | None = Field(default=None, description="The array it is a task of: its first task's id.")
+    array_index: int | None = Field(default=None, description="Its index in the array (HAI_ARRAY_INDEX).")
 
 
 class InstanceView(_View):

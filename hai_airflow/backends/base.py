@@ -30,6 +30,8 @@ class JobEnvironment:
     resume: bool = False
     """A later instance of the job: it should resume from its latest checkpoint."""
     latest_checkpoint: str | None = None
+    array: tuple[int, int] | None = None
+    """The array it is a task of and its index there (`--array`); None outside one."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class Launch:
         }
         if job.latest_checkpoint:
             env["HAI_LATEST_CHECKPOINT"] = job.latest_checkpoint
+        if job.array is not None:
+            env["HAI_ARRAY_ID"], env["HAI_ARRAY_INDEX"] = (str(n) for n in job.array)
         env.update({f"HAI_PROJECT_STORAGE_{sid}": path for sid, path in self.storages.items()})
         return env
 

@@ -61,7 +61,8 @@ def cancel(
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
-    """Cancel tasks (`hai cancel 42 43`): stop their running instances and never start them again."""
+    """Cancel tasks (`hai cancel 42 43`): stop their running instances and never start them again.
+    An array's id (its first task's) cancels every task of the array, as scancel does."""
     chosen = task_ids(ids, task_id, "cancel")
     named = ", ".join(map(str, chosen))
     noun = "task" if len(chosen) == 1 else "tasks"
@@ -69,6 +70,8 @@ def cancel(
         typer.confirm(f"Cancel {noun} {named}? Running instances are stopped.", abort=True, err=True)
 
     def line(job: JobView) -> str:
+        if job.array_id == job.id:
+            return f"cancelling array {job.id}: every task of it not ended yet"
         return outcome_line("cancelled", "cancelling", job, TERMINAL_STATES)
 
     act_on_each(connection, chosen, HaiClient.cancel, line, out)

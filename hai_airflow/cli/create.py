@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, TextIO
 
 import typer
 
+from hai_airflow import arrays
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import choice, completes, with_flags
 from hai_airflow.cli.ids import complete_packages
@@ -23,7 +24,7 @@ from hai_airflow.cli.jobspec import (
     image_fields,
     spec_from_file,
 )
-from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
+from hai_airflow.cli.output import OutputFlags, emit, note, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
 from hai_airflow.cli.wait import wait_and_report
 from hai_airflow.spec import JobSpec
@@ -186,11 +187,22 @@ def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlag
     """Send the spec; print `created task ID` (the id last, for scripts), the id alone (-o name) or the
     whole job; with --wait, then wait for it and exit with its outcome."""
     with connect(connection) as client:
-        job = client.submit(spec, client_key=submit.client_key)
+        job = client.submit(spec, client_key=submit.client_key, array=submit.array)
+        ids = [job.id]
+        if submit.array is not None:
+            ids = sorted(j.id for j in client.jobs(array=job.id, limit=arrays.MAX_ELEMENTS))
+            note(f"array {job.id}: {arrays.describe(arrays.parse(submit.array))}, tasks {_id_runs(ids)}")
         if out.format in ("table", "wide"):
             say(f"created task {job.id}")
         elif not submit.wait:
             emit(job, JOB_COLUMNS, out=out)
         if submit.wait:
-            code = wait_and_report(client, [job.id], None, submit.wait_timeout, out)
+            code = wait_and_report(client, ids, None, submit.wait_timeout, out)
             raise typer.Exit(code)
+
+
+def _id_runs(ids: list[int]) -> str:
+    """`12-21` for consecutive ids, else them all: `12,14,15`."""
+    if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}"
+    return ",".join(map(str, ids))

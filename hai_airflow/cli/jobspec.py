@@ -13,7 +13,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from hai_airflow import durations
+from hai_airflow import arrays, durations
 from hai_airflow import labels as label_rules
 from hai_airflow.cli.flags import choice, completes
 from hai_airflow.cli.output import error_line, note, usage_error
@@ -445,6 +445,15 @@ class GpuJobFlags:
         return {"processes": self.processes, "elastic": self.elastic, "grace_seconds": self.grace}
 
 
+def array_text(value: str) -> str:
+    """An --array value, checked here so that a bad one is a usage error before anything is sent."""
+    try:
+        arrays.parse(value)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    return value
+
+
 @dataclass(frozen=True)
 class SubmitFlags:
     """What every submitting command does after validating the job: idempotency and waiting."""
@@ -466,5 +475,16 @@ class SubmitFlags:
             min=0,
             help="With --wait: give up waiting after this many seconds (the task keeps running).",
             show_default=False,
+        ),
+    ] = None
+    array: Annotated[
+        str | None,
+        typer.Option(
+            "--array",
+            metavar="INDICES",
+            parser=array_text,
+            help="One task per index, like Slurm's --array: 0-9, 0-15:4 or 1,3,5; %K runs at most K at "
+            "once (0-9%2). Each task sees HAI_ARRAY_INDEX; `hai cancel` of the array's id (its first "
+            "task's) cancels them all.",
         ),
     ] = None

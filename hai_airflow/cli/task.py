@@ -121,6 +121,7 @@ JOB_DETAIL_COLUMNS = (
     Column("ended", lambda j: when(j.ended_at)),
     Column("runtime", lambda j: duration(j.runtime_seconds)),
     Column("time limit", time_limit),
+    Column("array", lambda j: j.array_id and f"task {j.array_index} of array {j.array_id}"),
     Column("labels", lambda j: ", ".join(f"{k}={v}" for k, v in sorted(j.spec.get("labels", {}).items()))),
     Column("instances", lambda j: j.instances),
     Column("preemptions", lambda j: j.preemptions),
@@ -173,6 +174,10 @@ def task(
             "comma-separated, all must hold.",
         ),
     ] = None,
+    array: Annotated[
+        int | None,
+        typer.Option("--array", metavar="ID", help="Only the tasks of this array (its first task's id)."),
+    ] = None,
     watch_: WatchOption = False,
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
@@ -191,7 +196,9 @@ def task(
             if code:
                 raise typer.Exit(code)
             return {j.id: j.state for j in shown if j.state not in TERMINAL_STATES} or None
-        jobs = client.jobs(user=user, state=state_filter, all=all_, limit=limit, selector=selector)
+        jobs = client.jobs(
+            user=user, state=state_filter, all=all_, limit=limit, selector=selector, array=array
+        )
         columns = job_columns(datetime.now(UTC), with_user=all_ or user is not None)
         emit(jobs, columns, out=out, empty="no tasks; submit one with `hai create` or `hai submit`")
         return {j.id: j.state for j in jobs if j.state not in TERMINAL_STATES}

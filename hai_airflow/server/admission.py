@@ -90,7 +90,8 @@ def claim(
         inst.work_dir, inst.log_path = str(work_dir), str(work_dir / "output.log")
         inst.model_dir = str(saves_to)
         inst.grace_seconds = spec.effective_grace_seconds
-        env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint)
+        array = None if job.array_id is None or job.array_index is None else (job.array_id, job.array_index)
+        env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint, array)
         news.append(NewInstance((job, inst), spec, d, env, work_dir))
     return news
 

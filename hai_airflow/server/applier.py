@@ -18,7 +18,7 @@ from hai_airflow.scheduling.model import Admit, Decision, Reject, Reserve, Suspe
 from hai_airflow.server import admission, by_id, lease, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.context import ServerContext
-from hai_airflow.server.dependencies import verdict
+from hai_airflow.server.dependencies import verdict, within_slots
 from hai_airflow.server.follow import Kept
 from hai_airflow.server.holds import held_by
 from hai_airflow.server.snapshot import WAITING, StoreView
@@ -121,7 +121,8 @@ class PlanApplier:
     def release(self, kept: Kept, now: float) -> bool:
         """Jobs waiting for others whose wait is over: released to the planner, or cancelled when a job
         that had to succeed did not (`dependencies.verdict`). True when one changed."""
-        ready = [j for j, w in kept.blocked.items() if not any(i in kept.jobs for i in w.ids)]
+        ended = [j for j, w in kept.blocked.items() if not any(i in kept.jobs for i in w.ids)]
+        ready = within_slots(ended, kept.blocked, kept.jobs)
         if not ready:
             return False
         with self.write() as s:

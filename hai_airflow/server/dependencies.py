@@ -1,14 +1,17 @@
-"""Jobs that wait for other jobs, like Slurm's `--dependency=afterok:N` and `afterany:N`.
+"""Jobs that wait for other jobs, like Slurm's `--dependency=afterok:N` and `afterany:N`, and the
+tasks of an array beyond its `%K`.
 
-A job whose spec names `after` (each must succeed) or `after_any` (each must end) is stored `blocked`
-and kept from the planner. Every cycle the controller looks at the blocked jobs it keeps: once every
-job they wait for has ended, it releases them (the planner sees them from then on), or, when one that
-had to succeed did not, cancels them and says which and why. The rule is `verdict`, pure.
+A job whose spec names `after` (each must succeed) or `after_any` (each must end), or an array's task
+past its limit, is stored `blocked` and kept from the planner. Every cycle the controller looks at the
+blocked jobs it keeps: once every job they wait for has ended, and their array has a slot free, it
+releases them (the planner sees them from then on), or, when one that had to succeed did not, cancels
+them and says which and why. The rules are `verdict` and `within_slots`.
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,11 +32,18 @@ class Waits:
     """Jobs that must succeed (`after`)."""
     any: tuple[int, ...]
     """Jobs that must end, in any state (`after_any`)."""
+    array: int | None = None
+    """The array whose slot it waits for, when the array has a limit."""
+    limit: int = 0
+    """The array's limit: at most this many of its tasks released (and not ended) at once."""
 
     @classmethod
-    def of_spec(cls, spec_json: str) -> Waits:
-        data = json.loads(spec_json)
-        return cls(tuple(data.get("after") or ()), tuple(data.get("after_any") or ()))
+    def of_row(cls, row: JobRow) -> Waits:
+        data = json.loads(row.spec)
+        after, after_any = tuple(data.get("after") or ()), tuple(data.get("after_any") or ())
+        if row.array_id is None or row.array_limit is None:
+            return cls(after, after_any)
+        return cls(after, after_any, row.array_id, row.array_limit)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -56,7 +66,26 @@ def verdict(waits: Waits, states: Mapping[int, JobState]) -> Verdict | None:
     if failed:
         first = failed[0]
         return Verdict(False, f"task {first} ended {states[first]}, so its --after can never be met")
+    if not waits.ids:
+        return Verdict(True, f"a slot of array {waits.array} came free; released to the scheduler")
     return Verdict(True, f"{_tasks(waits.ids)} ended as it waited for; released to the scheduler")
+
+
+def within_slots(
+    ready: Sequence[int], blocked: Mapping[int, Waits], unfinished: Mapping[int, JobRow]
+) -> list[int]:
+    """Of the jobs whose waits are over, those their array lets go now: per array, as many as it has
+    slots free (each of its unfinished tasks not blocked takes one), lowest index first."""
+    taken = Counter(r.array_id for r in unfinished.values() if r.array_id is not None and not r.blocked)
+    chosen = []
+    for job_id in sorted(ready, key=lambda j: (unfinished[j].array_index or 0, j)):
+        w = blocked[job_id]
+        if w.array is None:
+            chosen.append(job_id)
+        elif taken[w.array] < w.limit:
+            taken[w.array] += 1
+            chosen.append(job_id)
+    return chosen
 
 
 def waiting_reason(waits: Waits) -> str:

@@ -59,7 +59,7 @@ class Kept:
         if row.time_limit_seconds is not None:
             self.limited.add(row.id)
         if row.blocked and row.id not in self.blocked:
-            self.blocked[row.id] = Waits.of_spec(row.spec)
+            self.blocked[row.id] = Waits.of_row(row)
         elif not row.blocked:
             self.blocked.pop(row.id, None)
 

@@ -15,6 +15,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from hai_airflow import arrays
 from hai_airflow import labels as label_rules
 from hai_airflow.scheduling.model import WAITING, Quota
 from hai_airflow.scheduling.quota import QuotaVerdict, judge
@@ -417,6 +418,53 @@ def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
             return [e]
         log.warning("a batch of %d submits failed (%s); storing each alone", len(checked), e)
     return [outcome for c in checked for outcome in _store_all(ctx, [c])]
+
+
+def submit_array(ctx: ServerContext, submit: Submit) -> tuple[JobView, bool]:
+    """One task per index of the request's `array`, in one transaction: all of them or none (a high
+    array is judged against the quota for all its GPUs at once). Beyond its `%K`, a task is stored
+    blocked; the controller releases one as another ends. The answer is the first task; a retry with
+    the same client_key answers the first task of the array made before."""
+    try:
+        array = arrays.parse(submit.request.array or "")
+    except ValueError as error:
+        raise ApiError(422, str(error), field="array", fix="Write it like 0-9%2") from None
+    checked = _check(ctx, submit, time.time())
+    caller, key, values = submit.caller, submit.request.client_key, checked.values
+    with ctx.store.write() as s:
+        known = _existing(s, caller, key) if key is not None else None
+        if known is not None:
+            return job_view(known, None, time.time()), False
+        ids = ctx.store.job_ids(s, len(array.indices))
+        rows = [_array_task(values, ids, n, i, array, key) for n, i in enumerate(array.indices)]
+        if ids[0] not in set(s.scalars(_INSERT_JOB[ctx.store.dialect], rows)):
+            # The same key won a race meanwhile: none of this array is kept; the retry finds it.
+            raise ApiError(409, "an array with this client_key was just made", field="client_key",
+                           fix="Submit again with the same key to get its first task")  # fmt: skip
+        if checked.high:
+            ctx.store.lock_group(s, caller.group)
+            _require_quota(s, caller.name, caller.group, checked.gpus * len(ids), ids)
+        where = f"; task {{}} of array {ids[0]}: {arrays.describe(array)}"
+        events = [{"job_id": r["id"], **checked.event} for r in rows]
+        for e, r in zip(events, rows, strict=True):
+            e["reason"] += where.format(r["array_index"])
+            changes.job_changed(s, r["id"])
+        s.execute(_INSERT_EVENT, events)
+    ctx.wakeup.set()
+    ctx.changed.notify()
+    return job_view(JobRow(**rows[0]), None, values["submitted_at"]), True
+
+
+def _array_task(
+    values: dict[str, Any], ids: list[int], n: int, index: int, array: arrays.Array, key: str | None
+) -> dict[str, Any]:
+    """The row of the array's `n`-th task (`index` its index): the first one carries the client_key."""
+    waits_for_a_slot = array.limit is not None and n >= array.limit
+    row = {**values, "id": ids[n], "client_key": key if n == 0 else None}
+    row.update(array_id=ids[0], array_index=index, array_limit=array.limit)
+    if waits_for_a_slot and not values["blocked"]:
+        row.update(blocked=True, reason=f"waiting for a slot of array {ids[0]} ({array.limit} at once)")
+    return row
 
 
 Submissions = Intake[Submit, tuple[JobView, bool]]

@@ -100,6 +100,7 @@ class JobRow(Base):
     __table_args__ = (
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_user", "user_name"),
+        Index("ix_jobs_array", "array_id"),
         # Keys are per user: Airflow's are predictable, so one namespace would let a user claim another's.
         UniqueConstraint("user_name", "client_key", name="uq_jobs_user_client_key"),
         # A job is requeued at most once: a retried requeue finds the job the first one made.
@@ -145,6 +146,12 @@ class JobRow(Base):
     held: Mapped[bool] = mapped_column(Boolean, default=False)
     """An admin's suspension: the controller keeps the job off the GPUs until resumed."""
     blocked: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    array_id: Mapped[int | None] = mapped_column(Integer)
+    """The array it is a task of (`--array`): the id of the array's first task; None outside one."""
+    array_index: Mapped[int | None] = mapped_column(Integer)
+    """Its index in the array (`HAI_ARRAY_INDEX`)."""
+    array_limit: Mapped[int | None] = mapped_column(Integer)
+    """At most this many of the array's tasks released at once (`%K`); None: no limit."""
     """It waits for the jobs its spec's `after`/`after_any` name; the controller releases it."""
     held_by: Mapped[str | None] = mapped_column(String(200))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)

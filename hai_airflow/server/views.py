@@ -54,6 +54,8 @@ def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str
         "client_key": row.client_key,
         "submitted_via": row.submitted_via,
         "requeued_from": row.requeued_from,
+        "array_id": row.array_id,
+        "array_index": row.array_index,
         "model_id": row.model_id,
         "project_id": row.project_id,
     }

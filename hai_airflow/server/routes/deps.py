@@ -113,9 +113,7 @@ def require_group_admin(caller: Caller, row: JobRow, action: str) -> None:
 
 def visible_instance(s: Session, caller: Caller, instance_id: int) -> InstanceRow:
     inst = s.get(InstanceRow, instance_id)
-    if inst is None:
-        raise not_found("instance", instance_id, fix="List a task's instances with `hai instance --task-id N`")
-    job = s.get(JobRow, inst.job_id)
-    if job is None or not caller.may_see(job.user_name, job.group_name):
-        raise not_found("instance", instance_id, fix="List a task's instances with `hai instance --task-id N`")
+    job = s.get(JobRow, inst.job_id) if inst is not None else None
+    if inst is None or job is None or not caller.may_see(job.user_name, job.group_name):
+        raise not_found("instance", instance_id, fix="List a task's instances with `hai instance N`")
     return inst

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
@@ -15,6 +16,7 @@ from hai_airflow.scheduling.model import WAITING
 from hai_airflow.server import by_id, submission
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
+from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.holds import held_by, hold_reason, owners_hold
 from hai_airflow.server.routes.deps import (
@@ -36,6 +38,7 @@ from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, UserRow
 from hai_airflow.server.views import instance_view, job_detail, job_view
 from hai_airflow.spec import (
     CPU_NEVER_HIGH,
+    TERMINAL_STATES,
     ClientKey,
     FilterText,
     HighMaxSchedule,
@@ -90,11 +93,16 @@ def _states(state: str | None) -> list[str] | None:
 async def submit_job(
     body: Annotated[SubmitRequest, strict_body(SubmitRequest)],
     response: Response,
+    ctx: CtxDep,
     submissions: SubmissionsDep,
     caller: CallerDep,
 ) -> JobView:
-    # Awaited on the event loop: the intake stores it with the other submits waiting (group commit).
-    view, created = await submissions.put(submission.Submit(caller, body))
+    submit = submission.Submit(caller, body)
+    if body.array is not None:  # many tasks in one transaction of its own
+        view, created = await run_in_threadpool(submission.submit_array, ctx, submit)
+    else:
+        # Awaited on the event loop: the intake stores it with the other submits waiting (group commit).
+        view, created = await submissions.put(submit)
     if not created:
         response.status_code = 200
     return view
@@ -141,10 +149,15 @@ def list_jobs(
     selector: Annotated[
         FilterText | None, Query(description="Labels to match: team=vision,stage!=eval,gpu,!draft.")
     ] = None,
+    array: Annotated[
+        StoreId | None, Query(description="Only the tasks of this array (its first task's id).")
+    ] = None,
 ) -> list[JobView]:
     """Newest first; `before` (the last id of a page) gives the page after it."""
     states = _states(state)
     query = selected(listable(select(JobRow), caller), selector)
+    if array is not None:
+        query = query.where(JobRow.array_id == array)
     with ctx.store.read() as s:
         if user is not None and user != caller.name and not caller.is_platform_admin:
             owner = s.get(UserRow, user)
@@ -225,17 +238,35 @@ async def wait_job(
         await ctx.changed.wait(min(DB_RECHECK_SECONDS, remaining))
 
 
-@router.post("/jobs/{job_id}/cancel")
-def cancel_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
+def _change(
+    ctx: ServerContext, caller: Caller, job_id: int, change: Callable[[Session, JobRow], None]
+) -> JobView:
+    """Apply `change` to the job the caller may see, in one write; wake the controller; answer the job
+    as it is now. `change` raises ApiError to refuse, and then nothing is written."""
     with ctx.store.write() as s:
-        row = visible_job(s, caller, job_id)
-        require_unfinished(row, "cancel")
-        if not row.cancel_requested:
-            row.cancel_requested, row.cancel_by = True, caller.name
-            add_event(s, row, "cancel_requested", f"cancel asked by {caller.name}", caller)
+        change(s, visible_job(s, caller, job_id))
     ctx.wakeup.set()
     with ctx.store.read() as s:
         return view_of(s, visible_job(s, caller, job_id))
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
+    """Cancel the job; given an array's id (its first task's), every task of the array not ended yet,
+    as `scancel` cancels an array job."""
+
+    def cancel(s: Session, row: JobRow) -> None:
+        rows = [row]
+        if row.array_id == row.id:
+            unfinished = JobRow.state.not_in(TERMINAL_STATES)
+            rows = list(s.scalars(select(JobRow).where(JobRow.array_id == row.id, unfinished))) or rows
+        require_unfinished(rows[0], "cancel")
+        for r in rows:
+            if not r.cancel_requested:
+                r.cancel_requested, r.cancel_by = True, caller.name
+                add_event(s, r, "cancel_requested", f"cancel asked by {caller.name}", caller)
+
+    return _change(ctx, caller, job_id, cancel)
 
 
 @router.post("/jobs/{job_id}/promote")
@@ -245,8 +276,7 @@ def promote_job(
     ctx: CtxDep,
     caller: CallerDep,
 ) -> JobView:
-    with ctx.store.write() as s:
-        row = visible_job(s, caller, job_id)
+    def promote(s: Session, row: JobRow) -> None:
         require_unfinished(row, "promote")
         if row.cancel_requested:
             raise ApiError(409, f"task {job_id} is being cancelled", field="job_id", fix="Submit a new task")
@@ -258,9 +288,8 @@ def promote_job(
         old = row.max_schedule
         row.max_schedule = body.max_schedule
         add_event(s, row, "promoted", f"max_schedule {old} -> {body.max_schedule} (high priority)", caller)
-    ctx.wakeup.set()
-    with ctx.store.read() as s:
-        return view_of(s, visible_job(s, caller, job_id))
+
+    return _change(ctx, caller, job_id, promote)
 
 
 def _hold(s: Session, row: JobRow, caller: Caller) -> None:
@@ -292,36 +321,33 @@ def _not_held(job_id: StoreId) -> ApiError:
 @router.post("/jobs/{job_id}/suspend")
 def suspend_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     """An admin's hold: the controller stops the job (it resumes from its checkpoint after /resume)."""
-    with ctx.store.write() as s:
-        row = visible_job(s, caller, job_id)
+
+    def suspend(s: Session, row: JobRow) -> None:
         require_group_admin(caller, row, "suspend")
         require_unfinished(row, "suspend")
         _hold(s, row, caller)
-    ctx.wakeup.set()
-    with ctx.store.read() as s:
-        return view_of(s, visible_job(s, caller, job_id))
+
+    return _change(ctx, caller, job_id, suspend)
 
 
 @router.post("/jobs/{job_id}/resume")
 def resume_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
-    with ctx.store.write() as s:
-        row = visible_job(s, caller, job_id)
+    def resume(s: Session, row: JobRow) -> None:
         require_group_admin(caller, row, "resume")
         require_unfinished(row, "resume")
         if not row.held:
             raise _not_held(job_id)
         _release(s, row, caller, f"resumed by admin {caller.name}")
-    ctx.wakeup.set()
-    with ctx.store.read() as s:
-        return view_of(s, visible_job(s, caller, job_id))
+
+    return _change(ctx, caller, job_id, resume)
 
 
 @router.post("/jobs/{job_id}/hold")
 def hold_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     """Keep a waiting job (PENDING, or SUSPENDED waiting to resume) from being scheduled until
     /release: its owner's hold, or an admin's, which only an admin releases."""
-    with ctx.store.write() as s:
-        row = visible_job(s, caller, job_id)
+
+    def hold(s: Session, row: JobRow) -> None:
         require_unfinished(row, "hold")
         if not row.held and row.state not in WAITING:
             raise ApiError(
@@ -332,16 +358,15 @@ def hold_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
                 f"or stop it for good with `hai cancel {job_id}`",
             )
         _hold(s, row, caller)
-    ctx.wakeup.set()
-    with ctx.store.read() as s:
-        return view_of(s, visible_job(s, caller, job_id))
+
+    return _change(ctx, caller, job_id, hold)
 
 
 @router.post("/jobs/{job_id}/release")
 def release_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
     """Let a held job be scheduled again; the hold's owner, or an admin of its group, releases it."""
-    with ctx.store.write() as s:
-        row = visible_job(s, caller, job_id)
+
+    def release(s: Session, row: JobRow) -> None:
         require_unfinished(row, "release")
         if not row.held:
             raise _not_held(job_id)
@@ -353,6 +378,5 @@ def release_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobView:
                 fix=f"Ask {row.held_by} or your group admin to release it",
             )
         _release(s, row, caller, f"released by {caller.name}")
-    ctx.wakeup.set()
-    with ctx.store.read() as s:
-        return view_of(s, visible_job(s, caller, job_id))
+
+    return _change(ctx, caller, job_id, release)
