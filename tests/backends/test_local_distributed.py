@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from hai_airflow.backends import procs
-from hai_airflow.backends.local import LocalOptions, worker_log_path
+from hai_airflow.backends.local import LocalBackend, LocalOptions, worker_log_path
 
 from .conftest import Cluster
 
@@ -169,6 +169,14 @@ def test_stopping_a_distributed_instance_kills_every_worker(cluster: Cluster) ->
     assert all(not procs.is_alive(w["pid"], w["start_time"]) for w in h.data["workers"])
 
 
+def until_both_ready(backend: LocalBackend, instance_id: int) -> None:
+    """Wait until both workers printed `ready` (their SIGTERM handlers are in place)."""
+    deadline = time.monotonic() + 5
+    while backend.read_log(instance_id).count("ready") < 2:
+        assert time.monotonic() < deadline, "the workers never got ready"
+        time.sleep(0.02)
+
+
 SAVES_ON_SIGTERM = """
 import os, signal, sys, time
 
@@ -189,10 +197,7 @@ def test_an_elastic_stop_lets_every_worker_save_and_log_before_the_instance_exit
 ) -> None:
     (cluster.code / "save.py").write_text(SAVES_ON_SIGTERM)
     h = cluster.start("python3 save.py", mode="distributed", gpus=((0,), (1,)), elastic=True)
-    deadline = time.monotonic() + 5
-    while cluster.backend.read_log(h.instance_id).count("ready") < 2:
-        assert time.monotonic() < deadline, "the workers never got ready"
-        time.sleep(0.02)
+    until_both_ready(cluster.backend, h.instance_id)
     cluster.backend.stop(h.instance_id, grace_seconds=10, notice=True)
     ended = cluster.wait(h.instance_id, timeout=5)
     assert (ended.exit_code, ended.reason) == (75, "exit code 75")
@@ -217,10 +222,7 @@ def test_a_slow_saver_keeps_the_whole_grace_of_the_stop_after_another_worker_sav
         gpus=((0,), (1,)),
         elastic=True,
     )
-    deadline = time.monotonic() + 5
-    while backend.read_log(h.instance_id).count("ready") < 2:
-        assert time.monotonic() < deadline, "the workers never got ready"
-        time.sleep(0.02)
+    until_both_ready(backend, h.instance_id)
     backend.stop(h.instance_id, grace_seconds=10, notice=True)
     ended = cluster.wait(h.instance_id, timeout=5, backend=backend)
     assert (ended.exit_code, ended.reason) == (75, "exit code 75")
@@ -244,10 +246,7 @@ def test_a_stop_sends_each_process_one_sigterm(cluster: Cluster) -> None:
     # A second one could reach a job that saved and is exiting after its handler is gone, and kill it.
     (cluster.code / "count.py").write_text(COUNTS_SIGTERMS)
     h = cluster.start("python3 count.py", mode="distributed", gpus=((0,), (1,)), elastic=True)
-    deadline = time.monotonic() + 5
-    while cluster.backend.read_log(h.instance_id).count("ready") < 2:
-        assert time.monotonic() < deadline, "the workers never got ready"
-        time.sleep(0.02)
+    until_both_ready(cluster.backend, h.instance_id)
     cluster.backend.stop(h.instance_id, grace_seconds=10, notice=True)
     ended = cluster.wait(h.instance_id, timeout=5)
     assert (ended.exit_code, ended.reason) == (75, "exit code 75")
