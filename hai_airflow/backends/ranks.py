@@ -61,12 +61,17 @@ class _Store(ThreadingMixIn, HTTPServer):
         self.finished: dict[str, set[str]] = {}
         self.sizes = sizes
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A peer that hangs up before its answer (a refused stranger resetting) is not an error."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Store
 
     def _key(self) -> tuple[str, str] | None:
-        if not _same_user(self.client_address, self.connection.getsockname()[0]):
+        if not _same_user(self.client_address, self.connection.getsockname()):
             self._answer(403)
             return None
         parts = self.path.split("/")
@@ -122,16 +127,18 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def _same_user(peer: tuple[str, int], local_host: str) -> bool:
+def _same_user(peer: tuple[str, int], local: tuple[str, int]) -> bool:
     """Whether the peer may use the store: its socket is this user's, or it lives in another network
     namespace (another container or pod of the instance, which /proc/net here does not list).
 
-    A peer on this machine's own address (loopback, or the address the store was reached at) must be
-    found, and found to be this user's: a socket that is gone already (a request sent, then reset) is
-    refused, never taken for a stranger's namespace. On the local backend every job of the machine is
-    listed, and jobs run as their owners' accounts (`run_as`) cannot read each other's store.
+    The peer's socket is the one whose own address is the peer's and whose remote end is this very
+    connection's (the whole four-tuple: a port the peer freed and another process reused to reach
+    elsewhere is not it). A peer on this machine's own address (loopback, or the address the store was
+    reached at) must be found, and found to be this user's: a socket that is gone already (a request
+    sent, then reset) is refused, never taken for a stranger's namespace. On the local backend every job
+    of the machine is listed, and jobs run as their owners' accounts (`run_as`) cannot read each other's
+    store.
     """
-    host, port = peer[0], peer[1]
     found = False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -141,13 +148,13 @@ def _same_user(peer: tuple[str, int], local_host: str) -> bool:
             continue
         for line in lines:
             fields = line.split()
-            if len(fields) > 9 and fields[1].endswith(f":{port:04X}") and _hex_ip(fields[1]) == host:
+            if len(fields) > 9 and _address(fields[1]) == peer[:2] and _address(fields[2]) == local[:2]:
                 found = True
                 # inode 0: no process holds this socket any more (closed, reset, or an earlier
                 # connection from the same port in TIME_WAIT), and its uid reads 0: look on for the live one
                 if fields[9] != "0":
                     return int(fields[7]) == os.getuid()
-    return not found and not _on_this_machine(host, local_host)
+    return not found and not _on_this_machine(peer[0], local[0])
 
 
 def _on_this_machine(host: str, local_host: str) -> bool:
@@ -159,14 +166,14 @@ def _on_this_machine(host: str, local_host: str) -> bool:
     return (mapped or address).is_loopback or host == local_host
 
 
-def _hex_ip(field: str) -> str:
-    """The IPv4 address of a /proc/net/tcp{,6} address field (IPv4-mapped in tcp6), else ""."""
-    raw = field.split(":")[0]
-    if len(raw) == 32 and raw[:24] in ("0000000000000000FFFF0000", "0000000000000000ffff0000"):
+def _address(field: str) -> tuple[str, int]:
+    """The IPv4 address and port of a /proc/net/tcp{,6} address field (IPv4-mapped in tcp6); the
+    address is "" for anything else."""
+    raw, _, port = field.partition(":")
+    if len(raw) == 32 and raw[:24].upper() == "0000000000000000FFFF0000":
         raw = raw[24:]
-    if len(raw) != 8:
-        return ""
-    return ".".join(str(int(raw[i : i + 2], 16)) for i in (6, 4, 2, 0))
+    host = ".".join(str(int(raw[i : i + 2], 16)) for i in (6, 4, 2, 0)) if len(raw) == 8 else ""
+    return host, int(port or "0", 16)
 
 
 def serve(address: str, size: int, local_size: int, cross_size: int) -> _Store:

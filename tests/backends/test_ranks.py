@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
 
@@ -100,8 +101,23 @@ def test_a_put_whose_socket_is_gone_before_the_check_is_refused(store: tuple[str
 def test_a_peer_on_this_machine_that_cannot_be_found_is_refused() -> None:
     # a port no socket of this machine has: as if its owner had reset the connection already
     gone = ("127.0.0.1", free_port())
-    assert not ranks._same_user(gone, "127.0.0.1")
+    store = ("127.0.0.1", free_port())
+    assert not ranks._same_user(gone, store)
     # the address the store was reached at is this machine too
-    assert not ranks._same_user(("198.18.0.3", gone[1]), "198.18.0.3")
+    assert not ranks._same_user(("198.18.0.3", gone[1]), ("198.18.0.3", store[1]))
     # a peer in another network namespace (another container or pod of the instance) is not listed here
-    assert ranks._same_user(("198.18.0.4", gone[1]), "198.18.0.3")
+    assert ranks._same_user(("198.18.0.4", gone[1]), ("198.18.0.3", store[1]))
+
+
+def test_a_port_reused_by_this_user_to_reach_elsewhere_is_not_the_peer() -> None:
+    """The peer resets its connection and this user's own process reuses the freed port to reach
+    another server: that socket is this user's, but it is not the peer's connection to the store."""
+    with (
+        socket.create_server(("127.0.0.1", 0)) as elsewhere,
+        socket.create_connection(elsewhere.getsockname()) as reused,
+    ):
+        port = reused.getsockname()[1]
+        store = ("127.0.0.1", free_port())
+        assert not ranks._same_user(("127.0.0.1", port), store)
+        # the very connection (its remote end is the server's address) is this user's
+        assert ranks._same_user(("127.0.0.1", port), elsewhere.getsockname())
