@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -13,10 +15,11 @@ from typing import Any, TypeVar
 import httpx
 
 from hai_airflow import endpoints
-from hai_airflow.endpoints import JSON, TEXT, Call
+from hai_airflow.endpoints import BYTES, JSON, NDJSON, TEXT, Call
 from hai_airflow.http11 import Http, Reply, Stream, TransportError, proxy_for, server_url
 from hai_airflow.spec import (
     ON_BEHALF_OF,
+    FilesView,
     InstanceView,
     JobDetailView,
     JobSpec,
@@ -317,6 +320,49 @@ class HaiClient:
                 if not _succeeded(resp, TEXT):
                     _raise_for(resp.read(), self.connection.server, f"GET {url}", TEXT)
                 yield from resp.iter_text()
+        except TransportError as e:
+            lost = HaiConnectionLost if answered else HaiUnreachable
+            raise lost(self.connection.server, e.kind) from None
+
+    def files(self, job_id: int, path: str = "") -> FilesView:
+        """What `path` below the task's model dir is, and a directory's entries."""
+        return self._call(endpoints.files(job_id, path))
+
+    def download(self, job_id: int, path: str) -> Iterator[bytes]:
+        """A file below the task's model dir, as it comes; `HaiConnectionLost` when it stopped short."""
+        url = endpoints.file_content_path(job_id)
+        got, size = 0, None
+        with self._streaming("GET", url, BYTES, {"path": path}) as resp:
+            size = resp.length
+            for chunk in resp.iter_bytes():
+                got += len(chunk)
+                yield chunk
+        if size is not None and got != size:
+            raise HaiConnectionLost(self.connection.server, f"got {got} of {size} bytes")
+
+    def exec(
+        self, job_id: int, command: list[str], worker: int = 0, timeout: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Run `command` in a running task's worker: `{"output": text}` items as it prints, then one
+        `{"exit_code": N, "reason": ...}`."""
+        body = {"command": command, "worker": worker, "timeout_seconds": timeout}
+        with self._streaming("POST", endpoints.exec_path(job_id), NDJSON, json=body) as resp:
+            for line in resp.iter_lines():
+                yield json.loads(line)
+
+    @contextmanager
+    def _streaming(
+        self, method: str, url: str, expect: str, params: dict[str, Any] | None = None, json: Any = None
+    ) -> Iterator[Stream]:
+        """A response read as it comes; a refusal raised as `HaiError`, a connection lost on the way
+        as `HaiConnectionLost`, none at all as `HaiUnreachable`."""
+        answered = False
+        try:
+            with self._http.stream(method, url, params=params, json=json) as resp:
+                answered = True
+                if not _succeeded(resp, expect):
+                    _raise_for(resp.read(), self.connection.server, f"{method} {url}", expect)
+                yield resp
         except TransportError as e:
             lost = HaiConnectionLost if answered else HaiUnreachable
             raise lost(self.connection.server, e.kind) from None

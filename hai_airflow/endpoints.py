@@ -13,6 +13,7 @@ from urllib.parse import quote
 from pydantic import TypeAdapter
 
 from hai_airflow.spec import (
+    FilesView,
     InstanceView,
     JobDetailView,
     JobSpec,
@@ -30,7 +31,9 @@ from hai_airflow.spec import (
 API = "/api/v1"
 JSON = "application/json"
 TEXT = "text/plain"
-"""What hai answers with: JSON, and plain text for a log."""
+BYTES = "application/octet-stream"
+NDJSON = "application/x-ndjson"
+"""What hai answers with: JSON, plain text for a log, bytes for a file, JSON lines for `hai exec`."""
 
 T = TypeVar("T")
 
@@ -183,6 +186,18 @@ def usage_history(
 ) -> Call[UsageHistoryView]:
     params = _usage_params(since, until, by, user, group)
     return Call("GET", f"{API}/usage/history", UsageHistoryView.model_validate, params)
+
+
+def files(job_id: int, path: str) -> Call[FilesView]:
+    return Call("GET", f"{API}/jobs/{job_id}/files", FilesView.model_validate, {"path": path})
+
+
+def file_content_path(job_id: int) -> str:
+    return f"{API}/jobs/{job_id}/files/content"
+
+
+def exec_path(job_id: int) -> str:
+    return f"{API}/jobs/{job_id}/exec"
 
 
 def log_path(instance_id: int) -> str:

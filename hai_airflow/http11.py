@@ -65,6 +65,25 @@ class Stream:
         """The rest of the response, read whole."""
         return Reply(self.status_code, self._response.reason, self._response.read(), self.content_type)
 
+    @property
+    def length(self) -> int | None:
+        """The Content-Length the server announced, if any."""
+        value = self._response.getheader("Content-Length")
+        return int(value) if value is not None and value.isdigit() else None
+
+    def iter_bytes(self) -> Iterator[bytes]:
+        while chunk := self._response.read1(65536):
+            yield chunk
+
+    def iter_lines(self) -> Iterator[bytes]:
+        """Whole lines (without their newline) as they come; an unfinished last line at the end."""
+        pending = b""
+        for chunk in self.iter_bytes():
+            *lines, pending = (pending + chunk).split(b"\n")
+            yield from lines
+        if pending:
+            yield pending
+
     def iter_text(self) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         while chunk := self._response.read1(65536):
@@ -165,10 +184,12 @@ class Http:
             return Stream(response).read()
 
     @contextmanager
-    def stream(self, method: str, path: str, params: Mapping[str, Any] | None = None) -> Iterator[Stream]:
+    def stream(
+        self, method: str, path: str, params: Mapping[str, Any] | None = None, json: Any = None
+    ) -> Iterator[Stream]:
         """The response as it comes, for as long as it takes; its connection is kept only if it was
         read to the end."""
-        with self._exchange(method, path, params, None, None) as response:
+        with self._exchange(method, path, params, json, None) as response:
             yield Stream(response)
 
     def close(self) -> None:

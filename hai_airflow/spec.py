@@ -266,9 +266,7 @@ FilterText = Annotated[str, Field(max_length=MAX_NAME_CHARS), _Text(NUL)]
 """A filter in a query, e.g. job states: short, and no NUL (PostgreSQL refuses it in text)."""
 PathText = Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS), _Text(NUL_OR_BLANK)]
 ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_CHARS), _Text(NUL_OR_BLANK)]
-GitBranch = Annotated[
-    str, Field(min_length=1, max_length=MAX_GIT_BRANCH_CHARS), _Text(NUL_OR_BLANK)
-]
+GitBranch = Annotated[str, Field(min_length=1, max_length=MAX_GIT_BRANCH_CHARS), _Text(NUL_OR_BLANK)]
 Command = Annotated[
     str,
     Field(min_length=1),
@@ -279,6 +277,8 @@ Command = Annotated[
         "Put the long part in a script under code_path and run that script",
     ),
 ]
+ExecArg = Annotated[str, Field(max_length=MAX_CMD_BYTES), _Text(NUL)]
+"""One argument of a command `hai exec` runs (no shell: any text but NUL)."""
 EnvName = Annotated[str, Field(min_length=1, max_length=MAX_ENV_NAME_CHARS), _EnvName()]
 EnvValue = Annotated[str, Field(max_length=MAX_ENV_BYTES - 3), _Text(NUL)]
 """One value; `MAX_ENV_BYTES` bounds all of them together with their names."""
@@ -371,9 +371,7 @@ class _JobSpecBase(_Strict):
 
     task_name: Name = Field(description="Task name; Chinese and English both work.")
     model_id: StoreNumber | None = Field(default=None, description="Model id from the model page.")
-    project_id: StoreNumber | None = Field(
-        default=None, description="Project id from My projects."
-    )
+    project_id: StoreNumber | None = Field(default=None, description="Project id from My projects.")
     code_src: CodeSource = Field(default="nas", description="Where the code comes from: nas or git.")
     code_path: PathText = Field(
         description="NAS directory (the job starts cd'd there) or git repository URL/path.",
@@ -521,15 +519,9 @@ class DistributedJobSpec(_JobSpecBase):
 
     mode: Literal["distributed"] = Field(default="distributed", description="Training mode.")
     workers: int = Field(ge=1, le=1024, description="Number of workers (usually whole machines).")
-    worker_image: ImageRef | None = Field(
-        default=None, description="Image of each worker; default: `image`."
-    )
-    worker_resource_pkg: StoreNumber = Field(
-        description="Resource package of one worker (see `hai res`)."
-    )
-    gpu_type: GpuType | None = Field(
-        default=None, description="GPU type; default: the worker package's."
-    )
+    worker_image: ImageRef | None = Field(default=None, description="Image of each worker; default: `image`.")
+    worker_resource_pkg: StoreNumber = Field(description="Resource package of one worker (see `hai res`).")
+    gpu_type: GpuType | None = Field(default=None, description="GPU type; default: the worker package's.")
     processes: Processes = Field(
         default="per-gpu",
         description=f"{PROCESSES_HELP} Default per-gpu: hvd.size() is workers x GPUs per worker.",
@@ -773,6 +765,20 @@ class UsageHistoryView(_View):
     )
 
 
+class FileEntryView(_View):
+    name: str
+    kind: Literal["file", "dir", "link", "other"]
+    size: int
+    modified: float = Field(description="Modification time (POSIX seconds).")
+
+
+class FilesView(FileEntryView):
+    """A path below a task's model dir (`name`: the path), and a directory's entries."""
+
+    entries: list[FileEntryView] | None = Field(default=None, description="A directory's entries, by name.")
+    truncated: bool = Field(default=False, description="The directory holds more entries than listed.")
+
+
 class RevisionView(_View):
     """Where the tasks a caller may list stand: a new revision means one of them changed, or one was
     submitted. Compare revisions for equality only."""
@@ -870,4 +876,3 @@ class NodeView(_View):
 class ResourcePackageView(ResourcePackage):
     model_config = ConfigDict(extra="ignore", frozen=True)
     startable_now: int = Field(default=0, description="How many such workers could start now.")
-

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +24,9 @@ from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import merge_lines
+from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT, clone_argv
-from hai_airflow.backends.jobuser import SYSTEM_PATH, JobUser, job_account
+from hai_airflow.backends.jobuser import SYSTEM_PATH, JobUser, job_account, job_user
 from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, read_handles
 from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
 from hai_airflow.backends.notice import write_notice
@@ -515,6 +516,48 @@ class DockerBackend(ServedLogs):
             except NotFound:
                 streams.append([])
         return merge_lines(streams)
+
+    # ---- exec --------------------------------------------------------------------------------------
+
+    def account(self, owner: str) -> JobUser | None:
+        return (
+            job_user(self.options.run_as, owner) if self.options.run_as is not None else cfg.server_account()
+        )
+
+    def exec_in(self, handle: Handle, rank: int, argv: Sequence[str], owner: str) -> ExecRun:
+        """`docker exec` in worker `rank`'s container: its user, environment and working dir. The
+        command's pid in the container comes first on its output, to kill it with a second exec."""
+        containers = _Instance.from_handle(handle).containers
+        if rank >= len(containers):
+            raise ExecRefused(f"the task has no worker {rank}")
+        name, api = containers[rank], self.client.api
+        try:
+            made = api.exec_create(name, ["/bin/sh", "-c", CONTAINER_WRAPPER, "hai-exec", *argv], stdin=False)
+            chunks = api.exec_start(made["Id"], stream=True)
+        except NotFound:
+            raise ExecRefused(f"worker {rank}'s container is not there (not started yet, or gone)") from None
+        except DockerException as e:
+            raise ExecRefused(f"the Docker engine refused: {_explain(e)}") from None
+        pid: list[int] = []
+
+        def kill() -> None:
+            with contextlib.suppress(DockerException):
+                if pid and api.exec_inspect(made["Id"]).get("Running"):
+                    killer = api.exec_create(name, ["/bin/sh", "-c", f"kill -KILL {pid[0]}"])
+                    api.exec_start(killer["Id"], detach=True)
+
+        def exit_code() -> int | None:
+            with contextlib.suppress(DockerException):
+                code = api.exec_inspect(made["Id"]).get("ExitCode")
+                return int(code) if code is not None else None
+            return None
+
+        def alive() -> bool:
+            with contextlib.suppress(DockerException):
+                return bool(api.inspect_container(name)["State"]["Running"])
+            return False
+
+        return ExecRun(split_pid(iter(chunks), pid.append), exit_code, kill, alive)
 
     def running_handle(self, instance_id: int) -> Handle | None:
         with self._lock:

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine
+from hai_airflow.backends.execs import ExecRefused, ExecRun, environ, run_local, worker_command
 from hai_airflow.backends.gitcode import clone_script
 from hai_airflow.backends.inventory import detect
 from hai_airflow.backends.jobuser import (
@@ -31,6 +32,7 @@ from hai_airflow.backends.jobuser import (
     base_env,
     default_job_path,
     job_account,
+    job_user,
     open_job_log,
     server_user,
 )
@@ -355,6 +357,24 @@ class LocalBackend:
             return inst.ended
 
         return logs.follow(inst.log_path, ended, self.options.watch_interval_seconds, home=self.home)
+
+    def account(self, owner: str) -> JobUser | None:
+        return None if self.options.run_as is None else job_user(self.options.run_as, owner)
+
+    def exec_in(self, handle: Handle, rank: int, argv: Sequence[str], owner: str) -> ExecRun:
+        """Run `argv` beside worker `rank`: with its environment, in its directory, as its account, in
+        a session of its own."""
+        worker = next((w for w in handle.data.get("workers", ()) if int(w["rank"]) == rank), None)
+        if worker is None:
+            raise ExecRefused(f"the task has no worker {rank}")
+        pid, started = int(worker["pid"]), int(worker["start_time"])
+        command = worker_command(pid, started)
+        env = None if command is None else environ(command)
+        if command is None or env is None:
+            raise ExecRefused(f"worker {rank} is not running on this machine")
+        # Where the command is now (a git checkout of its own per worker); entered as its account.
+        cwd = str(procs.cwd(command) or handle.data.get("cwd") or "/")
+        return run_local(argv, env, cwd, self.account(owner), lambda: procs.is_alive(pid, started))
 
     def close(self) -> None:
         self._closing.set()

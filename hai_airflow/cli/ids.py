@@ -65,6 +65,7 @@ COMPLETED_STATES: dict[str, tuple[str, ...]] = {
     "hold": (JobState.PENDING, JobState.SUSPENDED),
     "release": (JobState.PENDING, JobState.SUSPENDED),
     "requeue": tuple(s for s in JobState if s in TERMINAL_STATES and s != JobState.SUCCEEDED),
+    "exec": (JobState.RUNNING,),
 }
 """The states of the tasks a command's completion offers: those it can act on (any, for the rest)."""
 

@@ -14,7 +14,9 @@ from typer.core import TyperGroup
 
 from hai_airflow.cli import airflow_cmd, control, nodes, quota, submit
 from hai_airflow.cli.connection import PRECEDENCE, ROOT_FLAGS, ServerFlags
+from hai_airflow.cli.cp import cp
 from hai_airflow.cli.create import create
+from hai_airflow.cli.exec_cmd import exec_
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.instance import instance
 from hai_airflow.cli.jobspec import JOB_COMMAND
@@ -156,6 +158,8 @@ app.command()(wait)
 app.command()(task)
 app.command()(instance)
 app.command()(log)
+app.command(name="exec")(exec_)
+app.command()(cp)
 app.command()(control.promote)
 app.command()(control.cancel)
 app.command()(control.suspend)

@@ -48,6 +48,12 @@ class ServerSection(_Section):
         le=1 << 30,
         description="Largest request body accepted (bytes); larger ones get 413. Default 1 MiB.",
     )
+    max_download_bytes: int = Field(
+        default=16 << 30,
+        ge=1,
+        description="Largest file `hai cp` downloads from a task's model dir (bytes); larger ones get 413. "
+        "Default 16 GiB.",
+    )
     metrics_token: str | None = Field(
         default=None,
         min_length=16,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +71,30 @@ def test_a_running_container_outlives_a_server_crash_and_is_adopted_again(
     with live.client() as c:
         (instance,) = c.instances(job.id)
         assert c.log(instance.id) == "before\nafter\n"
+
+
+def test_exec_runs_in_the_container_and_cp_reads_its_model_dir(
+    server: tuple[LiveServer, str], busybox_image: str, tmp_path: Path
+) -> None:
+    """`hai exec` is a `docker exec` in the worker's container (its environment, user and dir), killed
+    at its timeout by a second exec; `hai cp` reads what the container wrote to its model dir."""
+    live, _ = server
+    cmd = 'echo saved > "$HAI_MODEL_DIR/model.txt"; touch ready; sleep 600'
+    with live.client() as c:
+        job = c.submit(spec(busybox_image, tmp_path, cmd))
+        wait_state(live, job.id, {"RUNNING"})
+        deadline = time.monotonic() + 30
+        while not (tmp_path / "code" / "ready").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        said = list(c.exec(job.id, ["sh", "-c", 'echo "job $HAI_JOB_ID in $(pwd) as $(id -u)"; exit 4']))
+        assert said == [
+            {"output": f"job {job.id} in {tmp_path / 'code'} as {os.getuid()}\n"},
+            {"exit_code": 4, "reason": None},
+        ]
+        started = time.monotonic()
+        said = list(c.exec(job.id, ["sleep", "60"], timeout=1))
+        assert said[-1] == {"exit_code": 137, "reason": "killed after its timeout of 1 s"}
+        assert time.monotonic() - started < 10
+        assert b"".join(c.download(job.id, "model.txt")) == b"saved\n"
+        c.cancel(job.id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,13 +14,14 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from hai_airflow.backends import load_backend, logs
+from hai_airflow.backends import logs
 from hai_airflow.backends.base import Handle
 from hai_airflow.backends.live_logs import FanIn, LiveLogs, WorkerLog, read_workers
 from hai_airflow.backends.safefs import UnsafeFile
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError, ServerStopping
 from hai_airflow.server.routes.deps import DB_RECHECK_SECONDS, CallerDep, CtxDep, visible_instance
+from hai_airflow.server.routes.served import served_backend
 from hai_airflow.server.tables import InstanceRow
 from hai_airflow.server.views import instance_view
 from hai_airflow.spec import STORE_INT_MAX, InstanceView, StoreId
@@ -32,7 +32,6 @@ LOG_POLL_SECONDS = 0.2
 TEXT = "text/plain; charset=utf-8"
 FILE_ONLY_BACKENDS = frozenset({"local"})
 """Backends whose jobs write the instance's log file as they run: the file is the live log."""
-_LOADING = threading.Lock()
 
 
 @router.get("/instances/{instance_id}")
@@ -80,25 +79,11 @@ def instance_log(
 
 
 def _live_backend(request: Request, ctx: ServerContext) -> LiveLogs | None:
-    """The backend that serves running instances' logs, made once per app on first use.
-
-    It reads by the saved handle, so any server answers, also a standby that does not run the controller.
-    None when the instance's log file is its live log (local) or the backend cannot be reached now.
-    """
-    name = ctx.config.server.backend
-    if name in FILE_ONLY_BACKENDS:
+    """The backend that serves running instances' logs (`served_backend`); None when the instance's
+    log file is its live log (local) or the backend cannot be reached now."""
+    if ctx.config.server.backend in FILE_ONLY_BACKENDS:
         return None
-    with _LOADING:
-        backend = getattr(request.app.state, "log_backend", None)
-        if backend is None:
-            try:
-                backend = load_backend(name, ctx.config.backend, ctx.home)
-            except Exception as e:
-                logger.warning(
-                    "live logs come from the kept files only: the %s backend is unusable: %s", name, e
-                )
-                return None
-            request.app.state.log_backend = backend
+    backend = served_backend(request, ctx)
     return backend if isinstance(backend, LiveLogs) else None
 
 
