@@ -572,7 +572,7 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
 
 
 def rbac(namespace: str, subject: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The least the server needs: pods, logs, Services and MPIJobs in its namespace; nodes to read.
+    """The least the server needs: pods, logs, exec, Services and MPIJobs in its namespace; nodes to read.
 
     `subject` is an RBAC subject, e.g. {"kind": "ServiceAccount", "name": "hai", "namespace": "hai"}.
     """
@@ -581,6 +581,8 @@ def rbac(namespace: str, subject: Mapping[str, str]) -> list[dict[str, Any]]:
     namespaced_rules = [
         {"apiGroups": [""], "resources": ["pods"], "verbs": [*watchable, "patch"]},
         {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+        # `hai exec`: its websocket is a GET, which newer API servers also check as create
+        {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "delete"]},
         {"apiGroups": [MPI_GROUP], "resources": [MPI_PLURAL], "verbs": watchable},
     ]

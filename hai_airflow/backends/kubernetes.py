@@ -6,22 +6,27 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.stream import stream
+from kubernetes.stream.ws_client import STDERR_CHANNEL, STDOUT_CHANNEL
 from kubernetes.utils.quantity import parse_quantity
 
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import make_beneath
 from hai_airflow.backends.docker_logs import merge
+from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.inventory import gpu_type
+from hai_airflow.backends.jobuser import JobUser
 from hai_airflow.backends.k8s_pods import (
     BROKEN_AT_START,
     MpiJobEnd,
@@ -577,6 +582,61 @@ class KubernetesBackend(ServedLogs):
 
         return WorkerLog(f"pod {name}", open_log)
 
+    # ---- exec --------------------------------------------------------------------------------------
+
+    def account(self, owner: str) -> JobUser | None:
+        """The pods' account (`run_as_user`, `run_as_group`, `fs_group`); None: they run as their
+        image says, and the server reads for them as itself."""
+        opts = self.options
+        if opts.run_as_user is None:
+            return None
+        gid = opts.run_as_group if opts.run_as_group is not None else (opts.fs_group or 0)
+        groups = tuple(g for g in (gid, opts.fs_group) if g is not None)
+        return JobUser(str(opts.run_as_user), opts.run_as_user, gid, groups)
+
+    def exec_in(self, handle: Handle, rank: int, argv: Sequence[str], owner: str) -> ExecRun:
+        """The pod's exec in worker `rank`'s main container (its user, environment and dir), through
+        the API server; the command's pid comes first on its output, to kill it with a second exec."""
+        inst = _Instance.from_handle(handle)
+        if inst.kind != "pods" or rank >= len(inst.pods):
+            raise ExecRefused(f"the task has no worker {rank} this server can reach")
+        name = inst.pods[rank]
+        # A client of its own: the stream swaps the request function of the client it is given.
+        core = client.CoreV1Api(api_client(self.options))
+        command = ["/bin/sh", "-c", CONTAINER_WRAPPER, "hai-exec", *argv]
+        try:
+            ws = self._exec_stream(core, name, command)
+        except ApiException as e:
+            raise ExecRefused(f"the API server refused: {_explain(e)}") from None
+        pid: list[int] = []
+
+        def chunks() -> Iterator[bytes]:
+            while ws.is_open():
+                ws.update(timeout=1)
+                for channel in (STDOUT_CHANNEL, STDERR_CHANNEL):
+                    if data := ws.read_channel(channel):
+                        yield data.encode() if isinstance(data, str) else data
+
+        def kill() -> None:
+            with contextlib.suppress(Exception):
+                if pid and ws.is_open():
+                    killer = self._exec_stream(core, name, ["/bin/sh", "-c", f"kill -KILL {pid[0]}"])
+                    killer.run_forever(timeout=10)
+            ws.close()
+
+        def alive() -> bool:
+            with contextlib.suppress(ApiException):
+                return pod_state(self.core.read_namespaced_pod(name, self.ns)).phase == "Running"
+            return False
+
+        return ExecRun(split_pid(chunks(), pid.append), lambda: ws.returncode, kill, alive)
+
+    def _exec_stream(self, core: client.CoreV1Api, name: str, command: list[str]) -> Any:
+        return stream(
+            core.connect_get_namespaced_pod_exec, name, self.ns, command=command, container=m.MAIN,
+            stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False,
+        )  # fmt: skip
+
     def running_handle(self, instance_id: int) -> Handle | None:
         with self._lock:
             inst = self._instances.get(instance_id)
@@ -674,4 +734,6 @@ def _explain(e: ApiException) -> str:
     try:
         return str(json.loads(e.body)["message"])
     except (TypeError, ValueError, KeyError):
-        return f"{e.status} {e.reason}"
+        # A refused websocket (an exec) carries the API server's answer at the end of its reason.
+        said = re.search(r'"message":"((?:[^"\\]|\\.)*)"', str(e.reason))
+        return json.loads(f'"{said[1]}"') if said else f"{e.status} {e.reason}"

@@ -127,6 +127,7 @@ def test_rbac_yaml_is_the_rbac_rules_for_a_service_account() -> None:
     verbs = {r["resources"][0]: r["verbs"] for r in docs[0]["rules"]}
     assert set(verbs["pods"]) >= {"create", "delete", "watch", "list"}
     assert verbs["pods/log"] == ["get"]
+    assert verbs["pods/exec"] == ["get", "create"]
 
 
 def all_containers(pod_spec: dict[str, Any]) -> list[dict[str, Any]]:

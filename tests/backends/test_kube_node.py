@@ -271,6 +271,23 @@ def test_a_job_runs_in_a_pod_the_scheduler_bound_and_its_log_streams_while_it_ru
     assert pod.spec.host_network is True
 
 
+def test_exec_runs_in_the_pod_through_the_api_server(node: Site, busybox_image: str) -> None:
+    """`hai exec` is the pod's exec (its environment, through the API server and the kubelet), ended
+    at its timeout by a second exec; someone else's exec is refused."""
+    with node.live.client("lena-token") as lena:
+        job = lena.submit(busybox_job(node, busybox_image, "sleep 600"))
+        wait_state(lena, job.id, "RUNNING")
+        _wait(lambda: pod_of(node, job.id).status.phase == "Running", "the pod to run")
+        shows = 'echo "job $HAI_JOB_ID gpus $CUDA_VISIBLE_DEVICES"; exit 4'
+        said = list(lena.exec(job.id, ["sh", "-c", shows]))
+        assert "".join(s.get("output", "") for s in said) == f"job {job.id} gpus 0\n"
+        assert said[-1] == {"exit_code": 4, "reason": None}
+        started = time.monotonic()
+        said = list(lena.exec(job.id, ["sleep", "60"], timeout=1))
+        assert said[-1]["reason"] == "killed after its timeout of 1 s" and time.monotonic() - started < 15
+        lena.cancel(job.id)
+
+
 def test_a_cpu_job_runs_on_the_node(node: Site, busybox_image: str) -> None:
     spec = CpuJobSpec(task_name="prep", code_path=str(node.code), cmd="echo cpu job; sleep 2",
                       image=busybox_image, cpus=0.2, memory_gb=0.25)  # fmt: skip
