@@ -24,6 +24,7 @@ from hai_airflow.spec import (
     JobDetailView,
     JobSpec,
     JobView,
+    LedgerView,
     NodeView,
     QueueEntryView,
     QuotaView,
@@ -323,6 +324,10 @@ class HaiClient:
         except TransportError as e:
             lost = HaiConnectionLost if answered else HaiUnreachable
             raise lost(self.connection.server, e.kind) from None
+
+    def check_store(self) -> LedgerView:
+        """The ledger run on the server's store (platform admins)."""
+        return self._call(endpoints.check_store())
 
     def files(self, job_id: int, path: str = "") -> FilesView:
         """What `path` below the task's model dir is, and a directory's entries."""

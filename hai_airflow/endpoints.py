@@ -18,6 +18,7 @@ from hai_airflow.spec import (
     JobDetailView,
     JobSpec,
     JobView,
+    LedgerView,
     NodeView,
     QueueEntryView,
     QuotaView,
@@ -186,6 +187,10 @@ def usage_history(
 ) -> Call[UsageHistoryView]:
     params = _usage_params(since, until, by, user, group)
     return Call("GET", f"{API}/usage/history", UsageHistoryView.model_validate, params)
+
+
+def check_store() -> Call[LedgerView]:
+    return Call("GET", f"{API}/admin/check", LedgerView.model_validate, timeout=600)
 
 
 def files(job_id: int, path: str) -> Call[FilesView]:

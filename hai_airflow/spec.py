@@ -779,6 +779,20 @@ class FilesView(FileEntryView):
     truncated: bool = Field(default=False, description="The directory holds more entries than listed.")
 
 
+class LedgerProblemView(_View):
+    job_id: int | None
+    what: str
+
+
+class LedgerView(_View):
+    """What `GET /admin/check` read and found wrong (nothing, on a healthy store)."""
+
+    jobs: int
+    instances: int
+    events: int
+    problems: list[LedgerProblemView]
+
+
 class RevisionView(_View):
     """Where the tasks a caller may list stand: a new revision means one of them changed, or one was
     submitted. Compare revisions for equality only."""

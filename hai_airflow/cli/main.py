@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from hai_airflow.cli import airflow_cmd, control, nodes, quota, submit
+from hai_airflow.cli import admin, airflow_cmd, control, nodes, quota, submit
 from hai_airflow.cli.connection import PRECEDENCE, ROOT_FLAGS, ServerFlags
 from hai_airflow.cli.cp import cp
 from hai_airflow.cli.create import create
@@ -174,4 +174,5 @@ app.add_typer(nodes.app, name="node")
 app.command()(usage)
 app.command()(serve)
 app.command()(sim)
+app.add_typer(admin.app, name="admin")
 app.add_typer(airflow_cmd.app, name="airflow")

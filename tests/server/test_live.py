@@ -271,6 +271,7 @@ def test_kill9_and_restart_loses_nothing(server: LiveServer, code: Path) -> None
     c.cancel(keeps.id)
     wait_state(c, keeps.id, "CANCELLED")
     wait_state(c, waits.id, "RUNNING")  # the freed GPUs go to the waiting job
+    assert server.client(TOKENS["admin"]).check_store().problems == []
 
 
 def test_two_servers_on_one_database_never_double_admit(
@@ -301,6 +302,7 @@ def test_two_servers_on_one_database_never_double_admit(
             assert last.exit_code == 0, (j.id, last.end_reason)
         assert b.health()["controller_active"]
         assert_no_gpu_shared(clients[1], [j.id for j in jobs])
+        assert b.client(TOKENS["admin"]).check_store().problems == []
 
 
 def assert_no_gpu_shared(client: HaiClient, job_ids: list[int]) -> None:

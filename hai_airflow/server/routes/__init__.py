@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from hai_airflow.server.routes import accounting, cluster, execs, feed, files, instances, jobs
+from hai_airflow.server.routes import accounting, admin, cluster, execs, feed, files, instances, jobs
 
 router = APIRouter(prefix="/api/v1")
 router.include_router(cluster.router)
@@ -14,3 +14,4 @@ router.include_router(jobs.router)
 router.include_router(instances.router)
 router.include_router(execs.router)
 router.include_router(files.router)
+router.include_router(admin.router)
