@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import time
 import tomllib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -15,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 
 from hai_airflow import endpoints
+from hai_airflow.backoff import Backoff
 from hai_airflow.endpoints import BYTES, JSON, NDJSON, TEXT, Call
 from hai_airflow.http11 import Http, Reply, Stream, TransportError, proxy_for, server_url
 from hai_airflow.spec import (
@@ -34,9 +37,14 @@ from hai_airflow.spec import (
 )
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
+RETRY_FOR_SECONDS = 120.0
+"""How long a request is sent again while the server's database is unavailable (a restart, a cut)."""
+RETRY_FIRST_DELAY = 2.0
+RETRY_MAX_DELAY = 15.0
 DEFAULT_REGION = "default"
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def hai_home() -> Path:
@@ -210,6 +218,9 @@ class HaiClient:
     :param timeout: seconds for ordinary requests (long-polls add their own wait).
     :param on_behalf_of: hai user to act for (sent as `X-Hai-On-Behalf-Of` on every request); the
         token must be a service identity whose `acts_for` covers that user. None acts as the token's user.
+    :param retry_for: how long a request is sent again while the server's database is unavailable
+        (503 with Retry-After); 0 never.
+    :param on_wait: told of each such wait, in words (default: a logged warning).
     """
 
     def __init__(
@@ -219,9 +230,13 @@ class HaiClient:
         region: str | None = None,
         timeout: float = 30.0,
         on_behalf_of: str | None = None,
+        retry_for: float = RETRY_FOR_SECONDS,
+        on_wait: Callable[[str], object] | None = None,
     ):
         self.connection = usable(resolve_connection(server, token, region))
         self.on_behalf_of = on_behalf_of
+        self.retry_for = retry_for
+        self.on_wait = on_wait or log.warning
         headers = request_headers(self.connection.token, on_behalf_of)
         self._http = Http(self.connection.server, headers, timeout)
 
@@ -235,10 +250,23 @@ class HaiClient:
         self.close()
 
     def _request(self, method: str, path: str, expect: str = JSON, **kw: Any) -> Reply:
-        try:
-            resp = self._http.request(method, path, **kw)
-        except TransportError as e:
-            raise HaiUnreachable(self.connection.server, e.kind) from None
+        """One request, sent again while the server answers that its database is unavailable for now
+        (503 with Retry-After), for up to `retry_for` seconds; `on_wait` is told of each wait."""
+        backoff = Backoff(maximum=RETRY_MAX_DELAY, first=RETRY_FIRST_DELAY)
+        deadline = time.monotonic() + self.retry_for
+        while True:
+            try:
+                resp = self._http.request(method, path, **kw)
+            except TransportError as e:
+                raise HaiUnreachable(self.connection.server, e.kind) from None
+            left = deadline - time.monotonic()
+            if resp.status_code != 503 or resp.retry_after is None or left <= 0:
+                break
+            delay = min(max(resp.retry_after / 2, backoff.next_delay()), left)
+            self.on_wait(
+                f"the hai server's database is unavailable; retrying in {delay:.0f} s (for {left:.0f} s more)"
+            )
+            time.sleep(delay)
         _raise_for(resp, self.connection.server, f"{method} {path}", expect)
         return resp
 

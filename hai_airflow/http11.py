@@ -44,6 +44,8 @@ class Reply:
     reason_phrase: str
     content: bytes
     content_type: str = ""
+    retry_after: float | None = None
+    """The server's `Retry-After` (seconds), if it sent one."""
 
     @property
     def text(self) -> str:
@@ -63,7 +65,10 @@ class Stream:
 
     def read(self) -> Reply:
         """The rest of the response, read whole."""
-        return Reply(self.status_code, self._response.reason, self._response.read(), self.content_type)
+        after = self._response.getheader("Retry-After")
+        retry_after = float(after) if after is not None and after.strip().isdigit() else None
+        body = self._response.read()
+        return Reply(self.status_code, self._response.reason, body, self.content_type, retry_after)
 
     @property
     def length(self) -> int | None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import pydantic
 import typer
 
-from hai_airflow.cli.output import fail
+from hai_airflow.cli.output import fail, note
 from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError, HaiUnreachable
 
 PRECEDENCE = (
@@ -73,7 +73,14 @@ ROOT_FLAGS: ContextVar[ServerFlags] = ContextVar("hai_root_flags", default=Serve
 def client_for(flags: ServerFlags, timeout: float = 30.0) -> HaiClient:
     """A client from the command's flags over the root's, then the environment and $HAI_HOME."""
     merged = flags.over(ROOT_FLAGS.get())
-    return HaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)
+    return HaiClient(
+        server=merged.server, token=merged.token, region=merged.region, timeout=timeout, on_wait=_waiting
+    )
+
+
+def _waiting(words: str) -> None:
+    """What a command waits for while the server cannot answer yet, on stderr (never in its data)."""
+    note(f"hai: {words}")
 
 
 BAD_INPUT_STATUSES = frozenset({2, 400, 422})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Annotated, Any, Literal, TextIO
 
 import typer
@@ -186,8 +187,11 @@ def _job_file_spec(ctx: typer.Context, file: TextIO) -> JobSpec:
 def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlags, out: OutputFlags) -> None:
     """Send the spec; print `created task ID` (the id last, for scripts), the id alone (-o name) or the
     whole job; with --wait, then wait for it and exit with its outcome."""
+    # A key of this command's own when none is given: a submit sent again (the server's database was
+    # down for a moment) answers the task the first one made instead of making a second.
+    key = submit.client_key or f"hai-cli-{uuid.uuid4().hex}"
     with connect(connection) as client:
-        job = client.submit(spec, client_key=submit.client_key, array=submit.array)
+        job = client.submit(spec, client_key=key, array=submit.array)
         ids = [job.id]
         if submit.array is not None:
             ids = sorted(j.id for j in client.jobs(array=job.id, limit=arrays.MAX_ELEMENTS))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from hai_airflow.backoff import Backoff
 from hai_airflow.client import HaiError, HaiUnreachable
+
+__all__ = ["Backoff", "aretry_transient", "is_transient", "retry_transient"]
 
 T = TypeVar("T")
 
@@ -16,32 +18,6 @@ T = TypeVar("T")
 def is_transient(error: HaiError) -> bool:
     """Worth retrying: no server answered, or it answered that it is briefly unable to."""
     return isinstance(error, HaiUnreachable) or error.status >= 500 or error.status in (408, 429)
-
-
-class Backoff:
-    """Delays between attempts: a random time between half and all of 1 s, 2 s, 4 s ... `maximum`.
-
-    Random, so that hundreds of deferred tasks that lost the server together (a restart) do not
-    all come back in the same second; never below half, so a dead server is not hammered.
-
-    :param maximum: the longest delay in seconds.
-    :param first: the first delay's ceiling in seconds.
-    :param rng: the source of jitter (a seeded one in tests).
-    """
-
-    def __init__(self, maximum: float = 30.0, first: float = 1.0, rng: random.Random | None = None) -> None:
-        self.maximum = maximum
-        self.first = first
-        self.rng = rng or random.Random()
-        self._ceiling = first
-
-    def next_delay(self) -> float:
-        ceiling = min(self._ceiling, self.maximum)
-        self._ceiling = min(self._ceiling * 2, self.maximum)
-        return self.rng.uniform(ceiling / 2, ceiling)
-
-    def reset(self) -> None:
-        self._ceiling = self.first
 
 
 def _give_up(error: HaiError, attempt: int, attempts: int | None) -> bool:

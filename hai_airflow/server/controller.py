@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
@@ -21,6 +21,7 @@ from hai_airflow.server.context import ServerContext
 from hai_airflow.server.exits import ExitRecorder
 from hai_airflow.server.follow import Kept, StoreFollower
 from hai_airflow.server.keeper import Keeper
+from hai_airflow.server.outage import STORE_UNAVAILABLE, Outage
 from hai_airflow.server.scanner import CheckpointScanner
 from hai_airflow.server.tables import InstanceRow
 
@@ -48,6 +49,7 @@ class Controller:
         self.lease = lease.Holding(ctx.store, self.me, lease_seconds)
         self.active = False
         self._stopping = threading.Event()
+        self._outage = Outage(log, "controller")
         self._thread: threading.Thread | None = None
         self._woken = True
         self._last_cycle = 0.0
@@ -93,8 +95,13 @@ class Controller:
             except lease.LeaseLost:
                 log.warning("controller lease taken over by another server; standing by")
                 self.active = False
+            except STORE_UNAVAILABLE as e:
+                self._outage.failed(e)
             except Exception:
                 log.exception("controller step failed; retrying")
+            else:
+                if self._outage.since is not None:
+                    self._probe_store()
             if not self.active:
                 # A standby only looks whether the lease is free: wake-ups (its own API's, and every
                 # other server's through the channel) are for the holder.
@@ -104,6 +111,16 @@ class Controller:
             if self._woken:  # a wake-up waits for the settle time of the last cycle
                 wait = min(wait, max(self._settled_at - time.time(), 0.02))
             self._woken = self.ctx.wakeup.wait(wait) or self._woken
+
+    def _probe_store(self) -> None:
+        """After an outage, whether the store answers again (a step may not have asked it anything)."""
+        try:
+            with self.ctx.store.read() as s:
+                s.execute(text("SELECT 1"))
+        except STORE_UNAVAILABLE as e:
+            self._outage.failed(e)
+        else:
+            self._outage.recovered()
 
     # ---- one step -----------------------------------------------------------------------------
 

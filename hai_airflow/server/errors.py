@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -9,6 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hai_airflow.server.outage import STORE_UNAVAILABLE, Outage
+
+logger = logging.getLogger(__name__)
+api_outage = Outage(logger, "API (answering 503)")
+"""The API's log of store outages: one line when it starts, then every half minute, not one per request."""
 
 
 class ApiError(Exception):
@@ -20,6 +27,9 @@ class ApiError(Exception):
         self.error = error
         self.field = field
         self.fix = fix
+
+
+RETRY_AFTER_SECONDS = 5
 
 
 class ServerStopping(Exception):
@@ -196,6 +206,24 @@ def install_handlers(app: FastAPI) -> None:
         fix = getattr(exc, "fix", None) or _HTTP_FIXES.get(exc.status_code)
         return error_response(ApiError(exc.status_code, str(exc.detail), fix=fix))
 
+    for unavailable in STORE_UNAVAILABLE:
+
+        @app.exception_handler(unavailable)
+        async def _store_unavailable(_request: Request, exc: Exception) -> JSONResponse:
+            # The store is down or unreachable for now (a restart, a network cut, a locked file): the
+            # request did nothing it could keep, and the same request a little later may succeed.
+            api_outage.failed(exc)
+            answer = error_response(
+                ApiError(
+                    503,
+                    "the server's database is unavailable for now",
+                    fix=f"Retry in {RETRY_AFTER_SECONDS} s (hai and the Airflow operators retry by "
+                    "themselves)",
+                )
+            )
+            answer.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+            return answer
+
     @app.exception_handler(Exception)
     async def _crash(_request: Request, exc: Exception) -> JSONResponse:
         # The traceback goes to the server log; the caller gets a sentence, never a stack.
@@ -224,6 +252,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     409: _documented("Refused in the current state: over quota, already ended, not suspended..."),
     413: _documented("The request body is larger than `[server] max_body_bytes`"),
     422: _documented("The request is not valid: the field at fault and how to fix it"),
+    503: _documented("The server's database is unavailable for now: retry after `Retry-After` seconds"),
 }
 """The refusals every API operation may answer with, in its OpenAPI description."""
 
