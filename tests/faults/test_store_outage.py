@@ -5,12 +5,10 @@ a job that ended meanwhile is recorded; nothing is lost, duplicated or overcommi
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,25 +18,11 @@ from hai_airflow.spec import CpuJobSpec
 from tests.cli.conftest import Hai
 from tests.cli.test_live import as_user, wait_for
 from tests.support.live_server import TEST_CONFIG, TOKENS, start_server
-from tests.support.own_postgres import OwnPostgres, unavailable_reason
+from tests.support.own_postgres import OwnPostgres
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 OUTAGE_SECONDS = LEASE_SECONDS + 5
 """Longer than the controller's lease: it cannot renew it while the database is gone."""
-
-
-@pytest.fixture
-def database() -> Iterator[OwnPostgres]:
-    why = unavailable_reason()
-    if why is not None:
-        pytest.skip(f"faults tier: {why}")
-    # Not pytest's tmp_path: the postgres account must reach it.
-    pg = OwnPostgres(Path(tempfile.mkdtemp(prefix="hai-faults-pg-", dir="/tmp")))
-    pg.start()
-    try:
-        yield pg
-    finally:
-        pg.close()
 
 
 def status_of(url: str, token: str) -> tuple[int, str | None, str]:
