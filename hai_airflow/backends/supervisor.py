@@ -28,6 +28,7 @@ from __future__ import annotations
 import _signal as signal  # `signal` without its enums: importing `enum` costs more than all the rest
 import contextlib
 import ctypes
+import errno
 import os
 import select
 import sys
@@ -42,6 +43,10 @@ CODE_DIR_VARIABLE = "HAI_CODE_DIR"
 """The command's directory as the platform checked it (every symlink resolved): entered only after the
 switch to the job's account, and only if it is still that directory."""
 KILL_TREE_SECONDS = 5.0
+FULL = (errno.ENOSPC, errno.EDQUOT)
+"""A write that failed because the disk (or the account's quota) is full."""
+EXIT_FILE_WAIT_SECONDS = 3600.0
+"""How long a supervisor waits for room to write its exit file on a full disk."""
 """How long killing what is left below a supervisor may take before it gives up on stragglers."""
 
 
@@ -286,12 +291,31 @@ def _split_lines(buf: bytes) -> tuple[list[bytes], bytes]:
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """Write a log's bytes; on a full disk they are dropped: the job goes on, its log has a gap."""
     view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        if exc.errno not in FULL:
+            raise
 
 
 def _write_atomically(path: str, text: str) -> None:
+    """Write the exit file; while the disk is full, try again every second (for EXIT_FILE_WAIT_SECONDS):
+    the server learns how the command ended once there is room, instead of taking it for lost."""
+    deadline = time.monotonic() + EXIT_FILE_WAIT_SECONDS
+    while True:
+        try:
+            _write_once(path, text)
+            return
+        except OSError as exc:
+            if exc.errno not in FULL or time.monotonic() >= deadline:
+                raise
+            time.sleep(1.0)
+
+
+def _write_once(path: str, text: str) -> None:
     tmp = f"{path}.tmp"
     # The directory may be the job's: never write through a link or into a file it prepared.
     with contextlib.suppress(FileNotFoundError):

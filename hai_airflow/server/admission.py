@@ -7,6 +7,7 @@ function of what the one before gave it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,9 @@ log = logging.getLogger("hai.server.admission")
 AnySpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
 _SPEC: TypeAdapter[AnySpec] = TypeAdapter(JobSpec)
 
+
+MIN_FREE_BYTES = 32 << 20
+"""Room the disk of `$HAI_HOME` must have for an instance to start (`no_room`)."""
 
 def parse_spec(row: JobRow) -> AnySpec:
     return _SPEC.validate_json(row.spec)
@@ -140,6 +144,23 @@ def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
         grace_seconds=spec.effective_grace_seconds,
         paths=rules,
         git_schemes=ctx.config.git.schemes,
+    )
+
+
+def no_room(home: Path) -> str | None:
+    """Why no instance may start now: the disk of `$HAI_HOME` (every instance's dir, log and exit
+    files) has less than MIN_FREE_BYTES left. A start would fail there, or its exit go unrecorded and
+    the job run again and again; so the jobs wait, saying why, until there is room."""
+    try:
+        disk = os.statvfs(home)
+    except OSError:
+        return None
+    free = disk.f_bavail * disk.f_frsize
+    if free >= MIN_FREE_BYTES:
+        return None
+    return (
+        f"no task starts while the server's disk holding {home} is full ({free >> 20} MB free, "
+        f"{MIN_FREE_BYTES >> 20} MB needed); the platform admin must make room"
     )
 
 

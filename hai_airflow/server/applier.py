@@ -58,6 +58,13 @@ class Decided:
                 d.rejects.append(x)
         return d
 
+    def hold_admits(self, reason: str, reasons: dict[int, str | None]) -> None:
+        """Start none of the admitted jobs now: they wait, saying why."""
+        for a in self.admits:
+            if reasons.get(a.job_id) != reason:
+                self.reasons[a.job_id] = reason
+        self.admits = []
+
 
 class PlanApplier:
     def __init__(
@@ -166,6 +173,8 @@ class PlanApplier:
         """Suspensions first, then what the plan decided in one transaction, then the launches;
         `reasons` are the waiting reasons as kept, brought up to date."""
         d = Decided.sort(decisions, reasons)
+        if d.admits and (full := admission.no_room(self.ctx.home)) is not None:
+            d.hold_admits(full, reasons)
         for s in d.suspends:
             self._suspend(view, s)
         stale = {r.job_id for r in view.snapshot.reservations} - {r.job_id for r in d.reserves}
