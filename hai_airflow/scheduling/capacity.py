@@ -62,13 +62,18 @@ class FreeCapacity:
     buckets: dict[str, list[list[int]]]
     made: dict[int, NodeFree] = field(default_factory=dict)
     version: int = 0
-    """Bumped on every change, so a figure derived from the capacity can be reused until it moves."""
+    """Names the free capacity as it is: a new value on every change, and the old one back when a
+    trial is undone (the capacity is then exactly as before). A figure derived from the capacity holds
+    while this is the same."""
+    changes: int = 0
+    """Changes ever made, undone ones included: where `version` takes its next value from, so a value
+    never names two different capacities."""
     grown: int = 0
     """Bumped when free capacity grows for good: a `give` outside any trial, or a trial that gave
     committed with its gains. Between two bumps free capacity only shrinks (takes, blocks, trials
-    undone or committed without gains), so what failed stays failed: memos that rest on that
-    (`Hopeless`, the victim search's) hold for one value of this. They are learnt outside trials
-    only: undoing one gives back what it took."""
+    undone or committed without gains), so what failed stays failed: the cycle's memo
+    (`memo.CycleMemo`) holds for one value of this. It is learnt outside trials only: undoing one
+    gives back what it took."""
     open_trial: Trial | None = None
     """The innermost trial in progress; every change is recorded in it."""
 
@@ -110,7 +115,7 @@ class FreeCapacity:
 
     def trial(self) -> Trial:
         """Start a trial: changes from now on are undone unless it is committed (see `Trial`)."""
-        self.open_trial = Trial(self, self.open_trial)
+        self.open_trial = Trial(self, self.open_trial, self.version)
         return self.open_trial
 
     def _unlist(self, f: NodeFree) -> None:
@@ -118,19 +123,19 @@ class FreeCapacity:
             bucket = self.buckets[f.node.gpu_type][len(f.gpus)]
             del bucket[bisect_left(bucket, f.ordinal)]
 
-    def _list(self, f: NodeFree) -> None:
-        if not f.blocked:
-            insort(self.buckets[f.node.gpu_type][len(f.gpus)], f.ordinal)
-
     def _changing(self, f: NodeFree) -> None:
         """Before a change: let the open trial save the node, and take it out of its bucket."""
-        if self.open_trial is not None:
-            self.open_trial.save(f)
+        trial = self.open_trial
+        if trial is not None and f.ordinal not in trial.saved:
+            trial.saved[f.ordinal] = SavedNode(f, tuple(f.gpus), f.cpus, f.memory_gb, f.blocked)
         self._unlist(f)
 
     def _changed(self, f: NodeFree) -> None:
-        self._list(f)
-        self.version += 1
+        """After a change: list the node in the bucket of its free GPUs, and name the new capacity."""
+        if not f.blocked:
+            insort(self.buckets[f.node.gpu_type][len(f.gpus)], f.ordinal)
+        self.changes += 1
+        self.version = self.changes
 
     def take(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
         """Use these GPUs (which must be free) and this much CPU and memory on the node."""
@@ -162,6 +167,13 @@ class FreeCapacity:
             if f is not None:
                 self.give(f, w.gpus, w.cpus, w.memory_gb)
 
+    def occupy(self, job: Job) -> None:
+        """Use again what the placed job uses, undoing its `release` (a victim kept running)."""
+        for w in job.placement:
+            f = self.named(w.node)
+            if f is not None:
+                self.take(f, w.gpus, w.cpus, w.memory_gb)
+
     def restrict(self, f: NodeFree, gpus: Sequence[int], cpus: float, memory_gb: float) -> None:
         """Set the node's free resources outright."""
         self._changing(f)
@@ -173,6 +185,12 @@ class FreeCapacity:
         """Take the node out of placement for the rest of the cycle (starvation guard)."""
         self._changing(f)
         f.blocked = True
+        self._changed(f)
+
+    def unblock(self, f: NodeFree) -> None:
+        """Open a blocked node to placement again (in a trial: what would fit without the block)."""
+        self._changing(f)
+        f.blocked = False
         self._changed(f)
 
     def _put_back(self, saved: SavedNode) -> None:
@@ -222,6 +240,28 @@ class FreeCapacity:
         found = (self.node(i) for i in self.layout.drained)
         return [f for f in found if (ANY in pools or f.node.gpu_type in pools) and f.fits(shape)]
 
+    def fits(self, shape: Shape, pools: Sequence[str] | None = None) -> bool:
+        """The one question of whether something fits: could every worker of the shape be placed now,
+        all in one of its pools (or of `pools`)? `placement.place` finds the nodes when it can."""
+        enough = shape.workers
+        for pool in self.pools(shape) if pools is None else pools:
+            if shape.gpus and self.gpu_room(pool, shape) < enough:
+                continue  # too few free GPUs, whatever the CPU and memory: no pass over the nodes
+            if self.count_fitting(pool, shape, enough) >= enough:
+                return True
+        return False
+
+    def gpu_room(self, pool: str, shape: Shape) -> int:
+        """Workers of the shape the pool's free GPUs alone could hold (CPU and memory aside): never
+        less than what fits. The shape asks for GPUs."""
+        per = shape.gpus
+        buckets = self.buckets[pool]
+        room = 0
+        for count in range(per, len(buckets)):
+            if buckets[count]:
+                room += len(buckets[count]) * (count // per)
+        return room
+
     def count_fitting(self, pool: str, shape: Shape, enough: int) -> int:
         """How many of the shape's workers the pool could take now (stops counting at `enough`)."""
         total = 0
@@ -232,9 +272,13 @@ class FreeCapacity:
         return total
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SavedNode:
-    """A node's free resources as a trial found them: what undoing the trial puts back."""
+    """A node's free resources as a trial found them: what undoing the trial puts back.
+
+    Not frozen: a trial makes one per node it changes, and a frozen dataclass takes three times as
+    long to make. Nothing changes one after it is made.
+    """
 
     node: NodeFree
     gpus: tuple[int, ...]
@@ -247,12 +291,15 @@ class SavedNode:
 class Trial:
     """A tentative change to free capacity: try a placement or a victim set, then `commit` or `undo`.
 
-    Every take, give, restrict and block made on the capacity while the trial is open belongs to
-    it. The trial saves each node the first time it changes it, and `undo` puts the saved nodes
-    back, which is undoing the changes in reverse order: afterwards the capacity is exactly as the
-    trial found it (no float drift from giving back what was taken). Leaving a `with` block undoes a
+    Every change made on the capacity while the trial is open belongs to it. The trial saves each
+    node the first time it changes it, and `undo` puts the saved nodes back, which is undoing the
+    changes in reverse order: afterwards the capacity is exactly as the trial found it (no float
+    drift from giving back what was taken), its `version` included. Leaving a `with` block undoes a
     trial that was not committed. Trials nest: committing an inner trial hands its changes to the
     one around it, which may still undo them.
+
+    It is the cycle's one way to ask whether something would fit if things were otherwise: change
+    the capacity (release victims, open the guard's nodes, place), ask `FreeCapacity.fits`, undo.
 
         with cap.trial() as trial:
             placement = ...  # takes and gives on cap
@@ -262,6 +309,8 @@ class Trial:
 
     cap: FreeCapacity
     outer: Trial | None
+    version: int
+    """The capacity's version when the trial began: its version again once the trial is undone."""
     saved: dict[int, SavedNode] = field(default_factory=dict)
     """Node ordinal -> the node before this trial first changed it."""
     gave: bool = False
@@ -274,11 +323,6 @@ class Trial:
     def __exit__(self, *exc: object) -> None:
         if not self.closed:
             self.undo()
-
-    def save(self, f: NodeFree) -> None:
-        """Keep the node as it is now, unless the trial already changed it."""
-        if f.ordinal not in self.saved:
-            self.saved[f.ordinal] = SavedNode(f, tuple(f.gpus), f.cpus, f.memory_gb, f.blocked)
 
     def commit(self) -> None:
         """Keep every change (an outer trial may still undo them)."""
@@ -309,6 +353,7 @@ class Trial:
         self._close()
         for saved in self.saved.values():
             self.cap._put_back(saved)
+        self.cap.version = self.version
 
     def _close(self) -> None:
         if self.closed:

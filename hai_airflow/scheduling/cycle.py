@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.capacity import FreeCapacity, NodeFree
 from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, node_list, raise_guard
-from hai_airflow.scheduling.hopeless import Hopeless
 from hai_airflow.scheduling.layout import Layout
+from hai_airflow.scheduling.memo import CycleMemo, ShapeSeen, WaitReason, WaitSeen
 from hai_airflow.scheduling.model import (
     PLACED,
     Admit,
@@ -30,34 +30,6 @@ from hai_airflow.scheduling.quota import count_high, over_quota
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimCandidates, find_victims
 from hai_airflow.spec import JobState
-
-
-@dataclass(frozen=True, slots=True)
-class WaitReason:
-    """Why a job waits: the reason, the job it waits for, and whether every job of its shape and
-    class would wait for the same reason while free capacity stays as it is."""
-
-    reason: str
-    blocked_by: int | None = None
-    same_for_its_shape: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class WaitSeen:
-    """A plain wait and the capacity version it was decided at."""
-
-    version: int
-    why: WaitReason
-
-
-@dataclass(slots=True)
-class ShapeSeen:
-    """What a cycle learned about one shape: why it can never fit on this cluster (None: it can, a
-    question about the nodes alone, `placement.never_fits`), and per class (high or not) the last
-    plain wait of a job of that shape (see `Cycle.decide`)."""
-
-    rejected: str | None
-    waits: dict[bool, WaitSeen] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,10 +63,8 @@ class Cycle:
     guard: Guard | None = None
     decisions: list[Decision] = field(default_factory=list)
     waited: int = 0
-    cannot_fit: Hopeless = field(default_factory=Hopeless)
-    """Shapes that found no placement on the shared free capacity since it last grew (see `place`)."""
-    shapes: dict[Shape, ShapeSeen] = field(default_factory=dict)
-    """What the cycle learned about each shape it met (one lookup per queued job)."""
+    learnt: CycleMemo = field(default_factory=lambda: CycleMemo(0))
+    """What the cycle learnt since free capacity last grew; read it through `memo`."""
 
     @classmethod
     def start(
@@ -136,14 +106,21 @@ class Cycle:
             self.candidates = VictimCandidates.build(self.placed, self.cap, self.policy, self.now)
         return self.candidates
 
+    def memo(self) -> CycleMemo:
+        """What the cycle learnt, started afresh once free capacity has grown since (`CycleMemo`)."""
+        if self.learnt.grown != self.cap.grown:
+            self.learnt = CycleMemo(self.cap.grown)
+        return self.learnt
+
     # ---- the steps for one waiting job, in order -------------------------------------------------
 
     def decide(self, job: Job) -> None:
         """Reject, else quota, else place, else wait for own victims, else new victims, else wait."""
         shape = job.shape
-        seen = self.shapes.get(shape)
+        shapes = self.memo().shapes
+        seen = shapes.get(shape)
         if seen is None:
-            seen = self.shapes[shape] = ShapeSeen(never_fits(self.layout.kinds, shape))
+            seen = shapes[shape] = ShapeSeen(never_fits(self.layout.kinds, shape))
         if seen.rejected is not None:
             self.decisions.append(Reject(job.id, seen.rejected))
             return
@@ -157,11 +134,11 @@ class Cycle:
                 return
         plain = job.id not in self.own_free and job.id not in self.own_holders
         if plain:
-            # Memo: a job without a reservation of the same shape and class waited while free
-            # capacity was as it is now (same version). What `seek` reads besides the capacity
-            # moves only with it: victims are taken and the guard is raised by changes to the
-            # capacity, and a wait that raised the guard is not kept. So `seek` would make this
-            # job wait for the same reason; this keeps a long queue behind a full cluster cheap.
+            # A job without a reservation of the same shape and class waited while free capacity
+            # was as it is now (same version). What `seek` reads besides the capacity moves only
+            # with it: victims are taken and the guard is raised by changes to the capacity, and a
+            # wait that raised the guard is not kept. So `seek` would make this job wait for the
+            # same reason.
             last = seen.waits.get(high)
             if last is not None and last.version == self.cap.version:
                 self.wait(job, last.why)
@@ -175,14 +152,14 @@ class Cycle:
     def seek(self, job: Job, shape: Shape, high: bool) -> WaitReason | None:
         """Admit or preempt for the job; else say why it waits (and if that holds for its shape)."""
         reserved = job.id in self.own_free
-        placement, how = self.place_reserved(job, shape) if reserved else (self.place(shape), "")
+        placement, how = self.place_reserved(job, shape) if reserved else (place(self.cap, shape), "")
         if placement is not None:
             self.admit(job, placement, how)
             return None
         if job.id in self.own_holders:
             holders = self.own_holders[job.id]
             return WaitReason(waiting_for(holders), holders[0].id, same_for_its_shape=False)
-        if high and self.policy.preempts and self.preempt(job, shape, memo=not reserved):
+        if high and self.policy.preempts and self.preempt(job, shape, reserved):
             return None
         if self.guard is not None and fits_with_guard_nodes(self.cap, self.guard, shape):
             return WaitReason(self.guard.reason(), self.guard.job_id)
@@ -195,18 +172,6 @@ class Cycle:
                 return WaitReason(f"{reason}; nodes {self.guard.text} are kept for it (starvation guard)",
                             same_for_its_shape=False)
         return WaitReason(reason)
-
-    def place(self, shape: Shape) -> Placement | None:
-        """Place on shared free capacity, unless the shape (or one it dominates) already failed on it
-        since it last grew (`FreeCapacity.grown`): it has only shrunk since."""
-        pools = self.cap.pools(shape)
-        self.cannot_fit = self.cannot_fit.at(self.cap.grown)
-        if self.cannot_fit.holds(shape, pools):
-            return None
-        placement = place(self.cap, shape)
-        if placement is None:
-            self.cannot_fit.add(shape, pools)
-        return placement
 
     def place_reserved(self, job: Job, shape: Shape) -> tuple[Placement | None, str]:
         """A job with a reservation goes onto its reserved GPUs when they suffice, else anywhere it fits
@@ -225,9 +190,9 @@ class Cycle:
         del self.own_free[job.id]
         return placement, how
 
-    def preempt(self, job: Job, shape: Shape, memo: bool) -> bool:
+    def preempt(self, job: Job, shape: Shape, reserved: bool) -> bool:
         """Suspend the chosen victims and reserve the preemptor's placement on what they free."""
-        victims = find_victims(self.cap, shape, self.victims, memo)
+        victims = find_victims(self.cap, shape, self.victims, None if reserved else self.memo())
         placement = self.place_after_suspending(victims, shape) if victims else None
         if placement is None:
             return False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hai_airflow.scheduling.capacity import ANY, FreeCapacity, NodeFree, workers_fitting
 from hai_airflow.scheduling.model import Shape
@@ -14,10 +14,6 @@ class Guard:
 
     job_id: int
     nodes: list[NodeFree]
-    room: dict[Shape, dict[str, int]] = field(default_factory=dict)
-    """Memo: per shape and pool, workers the guard nodes could hold. It never changes: blocked nodes
-    are placed on by no one, and what victims free there stays held (`Trial.commit_without_gains`)."""
-
     text: str = ""
     """The node list in words, e.g. `n1,n2` or `n1,n2,n3,n4 and 5 more` (set by `raise_guard`)."""
 
@@ -88,17 +84,9 @@ def raise_guard(cap: FreeCapacity, job_id: int, shape: Shape) -> Guard | None:
 
 
 def fits_with_guard_nodes(cap: FreeCapacity, guard: Guard, shape: Shape) -> bool:
-    """Would the shape fit if the guard's nodes were open to it? (Only the guard stops it.)"""
-    room = guard.room.get(shape)
-    if room is None:
-        room = {}
+    """Would the shape fit if the guard's nodes were open to it? (Only the guard stops it.) Asked in a
+    trial, always undone."""
+    with cap.trial():
         for f in guard.nodes:
-            for pool in cap.pools(shape):
-                if pool in (ANY, f.node.gpu_type):
-                    room[pool] = room.get(pool, 0) + f.fits(shape)
-        guard.room[shape] = room
-    for pool, held in room.items():
-        if held and (held >= shape.workers
-                     or held + cap.count_fitting(pool, shape, shape.workers - held) >= shape.workers):
-            return True
-    return False
+            cap.unblock(f)
+        return cap.fits(shape)

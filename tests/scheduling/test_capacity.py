@@ -8,7 +8,7 @@ import pytest
 
 from hai_airflow.scheduling.capacity import FreeCapacity
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import Job, Node, Shape
+from hai_airflow.scheduling.model import Job, Node, Shape, WorkerPlacement
 from hai_airflow.scheduling.placement import place
 from hai_airflow.scheduling.usage import Usage
 
@@ -117,6 +117,63 @@ def test_a_trial_closes_once_and_innermost_first():
         inner.commit()
     outer.undo()
     assert cap.open_trial is None
+
+
+def test_an_undone_trial_puts_the_version_back_and_no_version_names_two_capacities():
+    cap = capacity()
+    n1 = cap.named_node("n1")
+    before = cap.version
+
+    with cap.trial():
+        cap.take(n1, [0], 0.1, 8)
+        inside = cap.version
+        assert inside != before
+
+    assert cap.version == before, "the capacity is as it was, so a figure derived before still holds"
+    cap.take(n1, [1], 0.1, 8)
+    assert cap.version not in (before, inside)
+
+
+def test_fits_asks_for_every_worker_and_every_resource_in_one_pool():
+    cap = capacity()  # n1: 8 GPUs, 0.3 CPUs, 64 GB; n2: 4 GPUs, 16 CPUs, 32 GB
+
+    assert cap.fits(Shape("V100", 2, 4, 0.1, 8))
+    assert not cap.fits(Shape("V100", 2, 4, 1, 8)), "n1 lacks the CPUs for the second worker"
+    assert cap.fits(Shape("V100", 1, 8, 0.3, 64)), "0.1 + 0.2 CPUs would fit too: float slack"
+    assert not cap.fits(Shape("A100", 1, 1, 0, 0)), "no node of the type"
+    assert cap.fits(Shape(None, 1, 0, 2, 16)), "a CPU worker goes on any node"
+
+
+def test_occupy_undoes_release_and_the_trial_undoes_both():
+    cap = capacity()
+    n2 = cap.named_node("n2")
+    victim = Job(id=9, user="u", group="g", state="RUNNING", max_schedule=0, submitted_at=0.0,
+                 gpus_per_worker=2, cpus_per_worker=4, memory_gb_per_worker=8, gpu_type="V100",
+                 placement=(WorkerPlacement("n2", (0, 1), 4, 8),))
+    cap.take(n2, [0, 1], 4, 8)
+    before = state(cap)
+
+    with cap.trial():
+        cap.release(victim)
+        assert (n2.gpus, n2.cpus, n2.memory_gb) == ([0, 1, 2, 3], 16, 32)
+        cap.occupy(victim)
+        assert state(cap) == before
+
+    assert state(cap) == before
+
+
+def test_a_blocked_node_opened_in_a_trial_says_what_it_would_hold():
+    cap = capacity()
+    n2 = cap.named_node("n2")
+    shape = Shape("V100", 1, 4, 1, 8)  # n1 lacks the CPUs, n2 has room
+    cap.block(n2)
+    assert not cap.fits(shape)
+
+    with cap.trial():
+        cap.unblock(n2)
+        assert cap.fits(shape)
+
+    assert n2.blocked and not cap.fits(shape)
 
 
 def test_a_job_s_shape_follows_its_fields_through_replace():

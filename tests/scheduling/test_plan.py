@@ -22,6 +22,7 @@ from .builders import T0, JobBuilder, job, node, snapshot, wp
 
 LONGEST = "the longest-running low-priority job whose suspension makes room"
 NO_VICTIM = "suspending running low-priority jobs would not make room"
+SET_RULE = f"no single job frees enough; fewest jobs in order: {LONGEST}"
 FULL = "needs 8xV100 on one node; largest free block is 0"
 ALL8 = tuple(range(8))
 
@@ -267,6 +268,34 @@ CASES = [
         ]),
         [Wait(1, "needs 6 CPUs / 8 GB on one node; no node has that much CPU and memory free", 1)],
         id="a CPU job never suspends a GPU job, whatever its max_schedule says",
+    ),
+    pytest.param(
+        snapshot([node("n1", cpus=16), node("n2", cpus=16)], [
+            job(11).low().cpu_only(16, 8).running_since(T0 - 3000).on("n1"),
+            job(12).low().gpus(8).resources(8, 64).running_since(T0 - 2000).on("n2"),
+            job(1).high().gpus(8).resources(8, 64).workers(2),
+        ]),
+        [
+            Suspend(11, 1, f"suspended so high-priority job 1 can run ({SET_RULE})"),
+            Suspend(12, 1, f"suspended so high-priority job 1 can run ({SET_RULE})"),
+            Reserve(1, (wp("n1", *ALL8, cpus=8, memory_gb=64), wp("n2", *ALL8, cpus=8, memory_gb=64)),
+                    "GPUs freed by suspending jobs 11, 12 are held for job 1: n1 GPUs 0-7, n2 GPUs 0-7"),
+            Wait(1, "waiting for jobs 11, 12 to suspend", 1, 11),
+        ],
+        id="a victim that frees only CPUs counts where GPUs are free: every resource is asked",
+    ),
+    pytest.param(
+        snapshot([node("n1", cpus=16)], [
+            job(11).low().cpu_only(16, 8).running_since(T0 - 3000).on("n1"),
+            job(1).high().gpus(1).resources(4, 8).workers(2),
+        ]),
+        [
+            Suspend(11, 1, f"suspended so high-priority job 1 can run ({LONGEST})"),
+            Reserve(1, (wp("n1", 0, cpus=4, memory_gb=8), wp("n1", 1, cpus=4, memory_gb=8)),
+                    "GPUs freed by suspending job 11 are held for job 1: n1 GPU 0, n1 GPU 1"),
+            Wait(1, "waiting for job 11 to suspend", 1, 11),
+        ],
+        id="one victim freeing CPUs on one node can make room for a whole gang there",
     ),
 ]
 
