@@ -34,6 +34,7 @@ bench: install
 	$(PY) benchmarks/plan_bench.py
 	$(PY) benchmarks/decisions.py --check --large
 	$(PY) benchmarks/sim_bench.py
+	$(PY) benchmarks/forecast_bench.py
 	$(PY) benchmarks/cycle_bench.py
 	$(PY) benchmarks/server_bench.py
 	$(PY) benchmarks/standby_bench.py

@@ -67,10 +67,10 @@ def queued_jobs(count: int, rng: random.Random) -> list[Job]:
     return jobs
 
 
-def scenario(nodes: int, queued: int, seed: int = 7) -> Snapshot:
+def scenario(nodes: int, queued: int, seed: int = 7, busy: float = 0.7) -> Snapshot:
     rng = random.Random(seed)
     cluster_nodes = cluster(nodes)
-    jobs = running_jobs(cluster_nodes, rng, busy=0.7) + queued_jobs(queued, rng)
+    jobs = running_jobs(cluster_nodes, rng, busy=busy) + queued_jobs(queued, rng)
     quota = Quota(groups={f"g{i}": (nodes * 8) // 4 for i in range(6)},
                   users={u: 64 if i % 3 else None for i, u in enumerate(USERS)})
     return Snapshot(cluster_nodes, tuple(jobs), quota)

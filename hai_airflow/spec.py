@@ -694,8 +694,32 @@ class EventView(_View):
     actor: str = Field(description="controller, a user name, or a backend.")
 
 
+ForecastSource = Literal["now", "limit", "history", "user", "group", "cluster"]
+"""Where a forecast start comes from: at once, or the runtime estimate of the job whose end makes room
+(its time limit, its own task's, its user's, its group's or the cluster's recent runtimes)."""
+
+
+class ForecastView(_View):
+    """A job's forecast: the planner run forward with every job's estimated runtime. Another user's job
+    shows only `start_at`."""
+
+    start_at: datetime | None = Field(
+        default=None, description="Expected start of a queued job; None: not before `horizon`."
+    )
+    source: ForecastSource | None = Field(
+        default=None, description="What the start (or a placed job's end) is estimated from."
+    )
+    end_at: datetime | None = Field(default=None, description="A placed job's expected end.")
+    suspension_at: datetime | None = Field(
+        default=None, description="A running low-priority job's expected suspension before its end."
+    )
+    horizon: datetime | None = Field(default=None, description="How far ahead the forecast looked.")
+    at: datetime | None = Field(default=None, description="When the forecast was made.")
+
+
 class JobDetailView(JobView):
     events: tuple[EventView, ...] = ()
+    forecast: ForecastView | None = Field(default=None, description="The latest forecast, where one exists.")
 
 
 class WeightTermView(_View):
@@ -808,6 +832,9 @@ class QueueEntryView(_View):
     reason: str
     waiting_behind: int | None = None
     preempted_by: int | None = None
+    forecast: ForecastView | None = Field(
+        default=None, description="The latest forecast of its start, where one exists."
+    )
 
 
 class QuotaUsageView(_View):

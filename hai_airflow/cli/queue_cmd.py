@@ -38,14 +38,16 @@ def user(job: QueueJobView, group: bool = False) -> str | None:
 
 def eta(estimate: StartEstimate | None) -> str | None:
     """The shared start estimate in a cell: `now`, `~17:05` (a victim's grace period ends), `by 17:05`
-    (the max_schedule promise), or nothing when it depends on running jobs; local time, with the date
-    when it is not today."""
+    (the max_schedule promise), `~17:05 (history)` (forecast, with what it rests on), or nothing when
+    unknown; local time, with the date when it is not today."""
     if estimate is None or estimate.kind == "unknown":
         return None
     if estimate.kind == "now" or estimate.at is None:
         return "now"
     local = estimate.at.astimezone()
     moment = local.strftime("%H:%M" if local.date() == datetime.now().astimezone().date() else "%m-%d %H:%M")
+    if estimate.kind == "forecast":
+        return f"~{moment} ({estimate.source})" if estimate.source else f"~{moment}"
     return f"~{moment}" if estimate.kind == "grace" else f"by {moment}"
 
 

@@ -75,6 +75,21 @@ def time_limit(job: JobView) -> str | None:
     return f"{durations.text(limit)} ({durations.text(max(0, limit - round(job.runtime_seconds)))} left)"
 
 
+def forecast(job: JobDetailView) -> str | None:
+    """The latest forecast in words: `starts ~<time> (history)`, a running job's expected end and
+    suspension, or how far the forecast looked without reaching the job."""
+    f = job.forecast
+    if f is None:
+        return None
+    source = f" ({f.source})" if f.source else ""
+    if f.start_at is not None:
+        return f"starts ~{when(f.start_at)}{source}"
+    if f.end_at is not None:
+        suspended = f", may be suspended ~{when(f.suspension_at)}" if f.suspension_at is not None else ""
+        return f"ends ~{when(f.end_at)}{source}{suspended}"
+    return f"not before {when(f.horizon)}" if f.horizon is not None else None
+
+
 def job_columns(now: datetime, with_user: bool) -> tuple[Column, ...]:
     """`hai task`'s columns; USER where the listing can span users, and always with -o wide."""
     return (
@@ -121,6 +136,7 @@ JOB_DETAIL_COLUMNS = (
     Column("ended", lambda j: when(j.ended_at)),
     Column("runtime", lambda j: duration(j.runtime_seconds)),
     Column("time limit", time_limit),
+    Column("forecast", forecast),
     Column("array", lambda j: j.array_id and f"task {j.array_index} of array {j.array_id}"),
     Column("labels", lambda j: ", ".join(f"{k}={v}" for k, v in sorted(j.spec.get("labels", {}).items()))),
     Column("instances", lambda j: j.instances),

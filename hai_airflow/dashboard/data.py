@@ -114,7 +114,7 @@ class JobPage:
         return self.job.state in TERMINAL_STATES
 
 
-ETA_TEXT = {"now": "now", "grace": "≈ {}", "promise": "by {}", "unknown": "—"}
+ETA_TEXT = {"now": "now", "grace": "≈ {}", "promise": "by {}", "forecast": "~ {}", "unknown": "—"}
 """How each kind of start estimate reads on the page."""
 
 

@@ -17,11 +17,13 @@ _SPEC: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
 @dataclass(frozen=True)
 class StartEstimate:
     """A queued job's expected start: `now`, after a victim's grace period, by its max_schedule
-    promise, or `unknown` (it depends on when running jobs end); `note` says where it comes from."""
+    promise, as forecast, or `unknown`; `note` says where it comes from, `source` which runtime
+    estimate a forecast rests on (None where the caller may not see it)."""
 
-    kind: Literal["now", "grace", "promise", "unknown"]
+    kind: Literal["now", "grace", "promise", "forecast", "unknown"]
     at: datetime | None
     note: str
+    source: str | None = None
 
 
 def grace_seconds(job: JobDetailView) -> int:
@@ -47,7 +49,8 @@ def start_estimate(entry: QueueEntryView, blocker: JobDetailView | None) -> Star
     2. waiting behind a job being suspended (`blocker`, when the caller may see it): when that
        job's grace period ends;
     3. high priority: its max_schedule promise (submitted_at + max_schedule hours);
-    4. otherwise unknown: it depends on when running jobs end.
+    4. the forecast (the planner run forward with estimated runtimes), when it reached the job;
+    5. otherwise unknown: it depends on when running jobs end.
     """
     if entry.reason.startswith("starting"):
         return StartEstimate("now", None, "admitted in the current scheduling cycle")
@@ -58,4 +61,8 @@ def start_estimate(entry: QueueEntryView, blocker: JobDetailView | None) -> Star
         promised = deadline_at(entry.job.submitted_at.timestamp(), entry.job.max_schedule)
         target = datetime.fromtimestamp(promised, tz=entry.job.submitted_at.tzinfo or UTC)
         return StartEstimate("promise", target, f"max_schedule {entry.job.max_schedule} h")
+    forecast = entry.forecast
+    if forecast is not None and forecast.start_at is not None:
+        note = "forecast with estimated runtimes"
+        return StartEstimate("forecast", forecast.start_at, note, forecast.source)
     return StartEstimate("unknown", None, "depends on when running jobs end")

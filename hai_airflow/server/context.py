@@ -8,6 +8,8 @@ from pathlib import Path
 
 from hai_airflow.server.auth import Identities
 from hai_airflow.server.config import ServerConfig
+from hai_airflow.server.forecaster import Forecaster
+from hai_airflow.server.forecasting import QueueForecast
 from hai_airflow.server.metrics import ServerMetrics
 from hai_airflow.server.notify import Broadcast, Wakeup
 from hai_airflow.server.store import Store
@@ -29,6 +31,8 @@ class ServerContext:
     """Callers the API verified lately (`auth.IDENTITY_SECONDS`)."""
     holder_id: str = ""
     """This process's controller identity (the lease holder name when it holds the lease)."""
+    forecaster: Forecaster | None = None
+    """The controller's forecaster (its `latest` forecast of the queue); None until a controller runs here."""
     metrics: ServerMetrics = field(init=False)
     """Fed by the controller and the API, exported at /metrics; one registry per context."""
 
@@ -44,6 +48,11 @@ class ServerContext:
         """Another process committed changes (`channel.Listener`): plan and answer long-polls at once."""
         self.wakeup.set()
         self.changed.notify()
+
+    @property
+    def forecast(self) -> QueueForecast | None:
+        """The newest forecast of the queue, if this server's controller has made one."""
+        return self.forecaster.latest if self.forecaster is not None else None
 
     @property
     def packages(self) -> dict[int, ResourcePackage]:

@@ -14,15 +14,18 @@ from sqlalchemy import select, text
 
 from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
+from hai_airflow.scheduling.model import Decision
 from hai_airflow.scheduling.settled import Settled
 from hai_airflow.server import lease
 from hai_airflow.server.applier import PlanApplier
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.exits import ExitRecorder
 from hai_airflow.server.follow import Kept, StoreFollower
+from hai_airflow.server.forecaster import Forecaster
 from hai_airflow.server.keeper import Keeper
 from hai_airflow.server.outage import STORE_UNAVAILABLE, Outage
 from hai_airflow.server.scanner import CheckpointScanner
+from hai_airflow.server.snapshot import StoreView
 from hai_airflow.server.tables import InstanceRow
 
 log = logging.getLogger("hai.server.controller")
@@ -60,6 +63,8 @@ class Controller:
         self.applier = PlanApplier(ctx, backend, self.lease.write)
         self.settled: Settled | None = None
         """Set after a plan that only made jobs wait: until the next event, a cycle does not plan."""
+        self.forecaster = Forecaster(ctx.store)
+        ctx.forecaster = self.forecaster
 
     @property
     def follower(self) -> StoreFollower:
@@ -72,11 +77,13 @@ class Controller:
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name="hai-controller", daemon=True)
         self._thread.start()
+        self.forecaster.start()
 
     def stop(self) -> None:
         """Stop acting and hand the lease back; running instances keep running for the next controller."""
         self._stopping.set()
         self.ctx.wakeup.set()
+        self.forecaster.stop()
         if self._thread is not None:
             self._thread.join(timeout=30)
             self._thread = None
@@ -168,13 +175,24 @@ class Controller:
         now, state = time.time(), self.follower.state
         settled = self.settled.holds(state, now) if self.settled is not None else None
         if settled is not None:
+            if self.settled is not None and settled.arrived != self.settled.arrived:
+                self._offer_forecast(self.follower.view(), None)  # new jobs that wait anyway
             self.settled = settled
             self.ctx.metrics.settled_cycles.inc()
             return
         view = self.follower.view()
         decisions = plan(view.snapshot, now, view.usage)
         self.settled = Settled.after(decisions, state, now)
+        self._offer_forecast(view, decisions)
         self.applier.apply(view, decisions, self.follower.reasons)
+
+    def _offer_forecast(self, view: StoreView, decisions: list[Decision] | None) -> None:
+        """Hand what was planned (None: new jobs wait, unplanned) to the forecaster; nothing it does
+        may stop a cycle."""
+        try:
+            self.forecaster.offer(view.snapshot, view.jobs, view.current, decisions)
+        except Exception:
+            log.exception("could not hand the plan to the forecaster; scheduling goes on")
 
     def _read(self) -> Kept:
         kept, whole = self.keeper.read()

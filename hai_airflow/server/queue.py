@@ -13,6 +13,7 @@ from hai_airflow.scheduling.model import Admit, Reject, Wait
 from hai_airflow.server import by_id
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.follow import read_all
+from hai_airflow.server.forecasting import QueueForecast
 from hai_airflow.server.holds import hold_reason, owners_hold
 from hai_airflow.server.snapshot import WAITING, planner_job
 from hai_airflow.server.tables import InstanceRow, JobRow
@@ -55,9 +56,11 @@ def _unplanned_reason(row: JobRow, shown: bool) -> str:
 
 
 def queue_entries(
-    session: Session, policy: str, caller: Caller, now: float | None = None
+    session: Session, policy: str, caller: Caller, now: float | None = None,
+    forecast: QueueForecast | None = None,
 ) -> list[QueueEntryView]:
-    """Waiting jobs in the order a fresh plan would serve them; held ones last."""
+    """Waiting jobs in the order a fresh plan would serve them, each with its `forecast` (another
+    user's with the time only); held ones last."""
     now = time.time() if now is None else now
     view = read_all(session, policy).view()
     decisions = plan(view.snapshot, now, view.usage)
@@ -68,6 +71,7 @@ def queue_entries(
     def add(job_id: int, reason: str, behind: int | None) -> None:
         row = view.jobs[job_id]
         w = weight(planner_job(row, None), now)
+        shown = caller.may_see(row.user_name, row.group_name)
         entries.append(
             QueueEntryView(
                 position=len(entries) + 1,
@@ -77,6 +81,7 @@ def queue_entries(
                 reason=reason,
                 waiting_behind=behind,
                 preempted_by=preempted_by.get(job_id),
+                forecast=forecast.view(job_id, full=shown) if forecast is not None else None,
             )
         )
 

@@ -101,6 +101,7 @@ class JobRow(Base):
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_user", "user_name"),
         Index("ix_jobs_array", "array_id"),
+        Index("ix_jobs_ended", "ended_at"),
         # Keys are per user: Airflow's are predictable, so one namespace would let a user claim another's.
         UniqueConstraint("user_name", "client_key", name="uq_jobs_user_client_key"),
         # A job is requeued at most once: a retried requeue finds the job the first one made.

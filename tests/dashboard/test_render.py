@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ from hai_airflow.client import AsyncHaiClient
 from hai_airflow.dashboard import data
 from hai_airflow.dashboard.app import SignInRequired, create_dashboard_app
 from hai_airflow.jobfile import job_file
+from hai_airflow.spec import ForecastView
 from tests.dashboard import snapshot
 from tests.dashboard.dom import Node, parse
 
@@ -206,3 +208,14 @@ def test_an_unreachable_server_is_a_502_page() -> None:
     with TestClient(create_dashboard_app(down)) as client:
         resp = client.get("/queue")
     assert resp.status_code == 502 and "cannot reach the hai server at http://127.0.0.1:9" in resp.text
+
+
+def test_queue_and_job_pages_show_the_forecast(ui: TestClient, snap: snapshot.Snapshot) -> None:
+    start = datetime(2026, 11, 29, 14, 20, tzinfo=UTC)
+    forecast = ForecastView(start_at=start, source="history")
+    snap.queue[2] = snap.queue[2].model_copy(update={"forecast": forecast})
+    snap.jobs[4] = snap.jobs[4].model_copy(update={"forecast": forecast})
+    rows = page(ui, "/ui/queue").one("table", id="queue").find_all("tr", cls="entry")
+    assert rows[2].one("td", cls="eta").text.startswith("~ 2026-11-29 14:20:00")
+    assert "forecast with estimated runtimes" in rows[2].one("td", cls="eta").text
+    assert page(ui, "/ui/jobs/4").one("dd", id="forecast").text == "starts ~ 2026-11-29 14:20:00 (history)"

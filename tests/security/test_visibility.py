@@ -95,6 +95,19 @@ def assert_absent(raw: bytes | str, secrets: Secrets, where: str) -> None:
     assert not leaked, f"{where} leaks {leaked}"
 
 
+def _forecast_seen(http: httpx.Client, job_id: int, viewer: str) -> dict[str, Any]:
+    """The job's forecast in the viewer's queue, once the server's forecaster has made one."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        forecast: dict[str, Any] | None = entry_of(
+            http.get("/api/v1/queue", headers=bearer(viewer)).json(), job_id
+        )["forecast"]
+        if forecast is not None and forecast["start_at"] is not None:
+            return forecast
+        time.sleep(0.1)
+    raise AssertionError(f"no forecast of job {job_id} in {viewer}'s queue")
+
+
 def test_others_see_a_waiting_job_only_as_the_queue_needs(server: LiveServer, tmp_path: Path) -> None:
     code = tmp_path / "code"
     code.mkdir()
@@ -122,6 +135,9 @@ def test_others_see_a_waiting_job_only_as_the_queue_needs(server: LiveServer, tm
         }
         assert seen["position"] >= 1 and seen["weight"] >= 0 and seen["reason"] and seen["terms"]
         assert not set(CONTENT_FIELDS) & set(seen["job"])
+        forecast = _forecast_seen(http, waiting, "bob")
+        assert {k for k, v in forecast.items() if v is not None} <= {"start_at", "horizon", "at"}
+        assert forecast["start_at"] is not None and forecast["source"] is None
 
         for path in (
             "/api/v1/jobs?all=true",

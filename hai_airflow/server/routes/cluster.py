@@ -121,7 +121,7 @@ def _no_such_node(name: str) -> ApiError:
 @router.get("/queue")
 def get_queue(ctx: CtxDep, caller: CallerDep) -> list[QueueEntryView]:
     with ctx.store.read() as s:
-        return queue.queue_entries(s, ctx.config.server.policy, caller)
+        return queue.queue_entries(s, ctx.config.server.policy, caller, forecast=ctx.forecast)
 
 
 @router.get("/quota")

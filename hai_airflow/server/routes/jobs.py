@@ -194,7 +194,11 @@ def get_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
     with ctx.store.read() as s:
         row = visible_job(s, caller, job_id)
         events = list(s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id)))
-        return job_detail(row, current_instance(s, row), events, time.time())
+        detail = job_detail(row, current_instance(s, row), events, time.time())
+    latest = ctx.forecast
+    if latest is None or detail.state in TERMINAL_STATES:
+        return detail
+    return detail.model_copy(update={"forecast": latest.view(job_id, full=True)})
 
 
 @router.get("/jobs/{job_id}/instances")
