@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install provision test lint demo bench up docs docs-serve clean
+.PHONY: install provision test lint demo bench chaos up docs docs-serve clean
 
 install: $(STAMP)
 
@@ -40,6 +40,13 @@ bench: install
 	$(PY) benchmarks/standby_bench.py
 	$(PY) benchmarks/airflow_bench.py
 	bash benchmarks/vs_slurm.sh 1000 16
+
+# The faults tier (part of `make test`) CHAOS_ROUNDS times over, then its figures as a table.
+CHAOS_ROUNDS ?= 5
+chaos: install provision
+	rm -f .artifacts/faults.jsonl
+	for round in $$(seq 1 $(CHAOS_ROUNDS)); do $(PY) -m pytest -m faults -p no:randomly || exit 1; done
+	$(PY) -m tests.faults.figures .artifacts/faults.jsonl
 
 up: install
 	$(PY) -m hai_airflow.demo --up

@@ -3,8 +3,11 @@ the test's own to stop, start and cut off."""
 
 from __future__ import annotations
 
+import json
+import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,27 @@ def database() -> Iterator[OwnPostgres]:
         yield pg
     finally:
         pg.close()
+
+
+FIGURES = Path(
+    os.environ.get("HAI_FAULT_FIGURES") or Path(__file__).parents[2] / ".artifacts" / "faults.jsonl"
+)
+"""Where each fault test adds the times it measured (`make chaos` prints them as a table)."""
+
+
+@pytest.fixture
+def figures(request: pytest.FixtureRequest) -> Callable[[str, float], None]:
+    """`record(measure, seconds)`: one figure of this test's fault, kept for the table."""
+
+    def record(measure: str, seconds: float) -> None:
+        FIGURES.parent.mkdir(parents=True, exist_ok=True)
+        line = {
+            "test": request.node.name,
+            "measure": measure,
+            "seconds": round(seconds, 3),
+            "at": time.time(),
+        }
+        with FIGURES.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+    return record

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,7 +55,7 @@ def fill(disk: Path) -> Path:
 
 
 def test_a_full_disk_holds_new_starts_and_keeps_running_jobs(
-    database: OwnPostgres, small_disk: Path, tmp_path: Path
+    database: OwnPostgres, small_disk: Path, tmp_path: Path, figures: Callable[[str, float], None]
 ) -> None:
     code = tmp_path / "code"
     code.mkdir()
@@ -74,8 +74,12 @@ def test_a_full_disk_holds_new_starts_and_keeps_running_jobs(
         assert alice.job(runs.id).state == "RUNNING"  # its exit file waits for room
 
         filler.unlink()
+        room = time.monotonic()
         done = wait_for(server, runs.id, {"SUCCEEDED"}, timeout=60)
         assert done.instances == 1  # one run, not lost and run again
+        figures("disk room made: the exit written while full recorded", time.monotonic() - room)
+        wait_for(server, waits.id, {"RUNNING", "SUCCEEDED"}, timeout=60)
+        figures("disk room made: the waiting job starts", time.monotonic() - room)
         assert wait_for(server, waits.id, {"SUCCEEDED"}, timeout=60).instances == 1
         assert server.client(TOKENS["admin"]).check_store().problems == []
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,9 @@ class Submitter:
                 time.sleep(0.05)
 
 
-def test_twenty_kill_9s_in_a_row_lose_and_duplicate_nothing(database: OwnPostgres, tmp_path: Path) -> None:
+def test_twenty_kill_9s_in_a_row_lose_and_duplicate_nothing(
+    database: OwnPostgres, tmp_path: Path, figures: Callable[[str, float], None]
+) -> None:
     code = tmp_path / "code"
     code.mkdir()
     rng = random.Random(SEED)
@@ -61,7 +64,9 @@ def test_twenty_kill_9s_in_a_row_lose_and_duplicate_nothing(database: OwnPostgre
         for _ in range(KILLS):
             time.sleep(rng.uniform(0.2, 1.5))
             server.kill9()
+            killed = time.monotonic()
             server.start(wait_controller=False)
+            figures("kill -9: the restarted server answers", time.monotonic() - killed)
         time.sleep(1.0)
         submitter.stop.set()
         submitter.thread.join(30)

@@ -37,7 +37,7 @@ def controls(server: LiveServer) -> bool:
 
 
 def test_the_controller_cut_from_the_database_hands_over_and_is_fenced(
-    database: OwnPostgres, tmp_path: Path
+    database: OwnPostgres, tmp_path: Path, figures: Callable[[str, float], None]
 ) -> None:
     proxy = Proxy(("127.0.0.1", database.port))
     shared = {"HAI_TOKEN_KEY_FILE": str(tmp_path / "token.key")}
@@ -59,6 +59,7 @@ def test_the_controller_cut_from_the_database_hands_over_and_is_fenced(
                 cut_at = time.monotonic()
                 until("server b to take the lease", lambda: controls(b), timeout=LEASE_SECONDS + 20)
                 took = time.monotonic() - cut_at
+                figures("partition: the other server takes over", took)
                 # not before server a's lease ran out: its last renewal was at most RENEW_SECONDS before
                 assert took >= LEASE_SECONDS - RENEW_SECONDS - 0.5, took
                 wait_for(b, ends.id, {"SUCCEEDED"}, timeout=60)  # a's job, finished and recorded by b
@@ -66,8 +67,12 @@ def test_the_controller_cut_from_the_database_hands_over_and_is_fenced(
                 wait_for(b, after.id, {"SUCCEEDED"}, timeout=60)
 
                 proxy.restore()
+                restored = time.monotonic()
                 holder = b.health()["this_server"]
                 until("server a to answer again", lambda: a.health().get("lease_holder") == holder)
+                figures(
+                    "partition healed: the cut-off server sees it lost the lease", time.monotonic() - restored
+                )
                 time.sleep(LEASE_SECONDS / 2)  # long enough for a's controller to have tried to act
                 assert not controls(a) and controls(b)
                 assert "controller lease taken over by another server; standing by" in a.log_text()

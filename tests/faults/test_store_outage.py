@@ -9,6 +9,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def status_of(url: str, token: str) -> tuple[int, str | None, str]:
 
 
 def test_the_database_gone_for_longer_than_the_lease_loses_nothing(
-    database: OwnPostgres, tmp_path: Path, hai: Hai
+    database: OwnPostgres, tmp_path: Path, hai: Hai, figures: Callable[[str, float], None]
 ) -> None:
     code = tmp_path / "code"
     code.mkdir()
@@ -52,7 +53,19 @@ def test_the_database_gone_for_longer_than_the_lease_loses_nothing(
         status, retry_after, body = status_of(f"{server.url}/api/v1/jobs", TOKENS["alice"])
         assert (status, retry_after) == (503, "5"), body
         assert "database is unavailable" in body and "Traceback" not in body
-        back = threading.Timer(OUTAGE_SECONDS, database.start)
+
+        def restart() -> None:
+            database.start()
+            back_at = time.monotonic()
+            while status_of(f"{server.url}/api/v1/jobs", TOKENS["alice"])[0] != 200:
+                time.sleep(0.05)
+            figures("database back: API answers", time.monotonic() - back_at)
+            job_url = f"{server.url}/api/v1/jobs/{ends.id}"
+            while '"state":"SUCCEEDED"' not in status_of(job_url, TOKENS["alice"])[2]:
+                time.sleep(0.05)
+            figures("database back: an exit of the outage recorded", time.monotonic() - back_at)
+
+        back = threading.Timer(OUTAGE_SECONDS, restart)
         back.start()
         try:
             listed = hai("task", "--all", env=as_user(server, "alice"))
