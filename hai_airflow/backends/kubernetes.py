@@ -44,6 +44,8 @@ from hai_airflow.backends.workerenv import per_gpu
 from hai_airflow.scheduling.model import Node
 from hai_airflow.spec import canonical_gpu_type
 
+EXEC_KILL_SECONDS = 10.0
+"""How long killing a command of `hai exec` (by a second exec) and its stream's end may take."""
 log = logging.getLogger(__name__)
 WATCH_SECONDS = 20
 """A watch request ends after this long and is renewed from the last resourceVersion (bounds close())."""
@@ -609,27 +611,44 @@ class KubernetesBackend(ServedLogs):
         except ApiException as e:
             raise ExecRefused(f"the API server refused: {_explain(e)}") from None
         pid: list[int] = []
+        killed: list[float] = []
 
         def chunks() -> Iterator[bytes]:
             while ws.is_open():
-                ws.update(timeout=1)
+                try:
+                    ws.update(timeout=1)
+                except Exception:  # closed meanwhile (after a kill)
+                    break
                 for channel in (STDOUT_CHANNEL, STDERR_CHANNEL):
                     if data := ws.read_channel(channel):
                         yield data.encode() if isinstance(data, str) else data
+                if killed and time.monotonic() - killed[0] > EXEC_KILL_SECONDS:
+                    ws.close()  # killed, yet the stream stays open: no status will come
 
         def kill() -> None:
+            if killed or not ws.is_open():
+                return
+            killed.append(time.monotonic())
             with contextlib.suppress(Exception):
-                if pid and ws.is_open():
+                if pid:
                     killer = self._exec_stream(core, name, ["/bin/sh", "-c", f"kill -KILL {pid[0]}"])
-                    killer.run_forever(timeout=10)
-            ws.close()
+                    killer.run_forever(timeout=EXEC_KILL_SECONDS)
+            # Left open for the reader to take the command's status from; closed at the latest later.
+            threading.Timer(EXEC_KILL_SECONDS, ws.close).start()
+
+        def exit_code() -> int | None:
+            try:
+                code = ws.returncode
+            except Exception:  # closed before the API server sent the command's status
+                return None
+            return int(code) if code is not None else None
 
         def alive() -> bool:
             with contextlib.suppress(ApiException):
                 return pod_state(self.core.read_namespaced_pod(name, self.ns)).phase == "Running"
             return False
 
-        return ExecRun(split_pid(chunks(), pid.append), lambda: ws.returncode, kill, alive)
+        return ExecRun(split_pid(chunks(), pid.append), exit_code, kill, alive)
 
     def _exec_stream(self, core: client.CoreV1Api, name: str, command: list[str]) -> Any:
         return stream(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import json
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -29,6 +30,7 @@ from hai_airflow.server.tables import JobRow
 from hai_airflow.spec import ExecArg, JobState, StoreId, StoreNumber
 
 router = APIRouter()
+logger = logging.getLogger(__name__)
 
 MAX_EXEC_ARGS = 4096
 MAX_EXEC_SECONDS = 7 * 24 * 3600
@@ -133,6 +135,7 @@ async def _stream(ctx: ServerContext, run: ExecRun, timeout: int | None) -> Asyn
     why: list[str] = []
     watch = asyncio.ensure_future(_watch(ctx, run, timeout, ended, why))
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    code: int | None = None
     try:
         async for chunk in iterate_in_threadpool(run.output):
             if text := decoder.decode(chunk):
@@ -140,6 +143,10 @@ async def _stream(ctx: ServerContext, run: ExecRun, timeout: int | None) -> Asyn
         if text := decoder.decode(b"", final=True):
             yield _line(output=text)
         code = await run_in_threadpool(run.exit_code)
+    except Exception as e:
+        # The backend's stream broke (an engine or API server gone): the caller still gets an end.
+        logger.warning("an exec's stream broke: %r", e)
+        why.append(f"the backend's stream of its output broke ({type(e).__name__})")
     finally:
         ended.set()
         watch.cancel()
