@@ -341,17 +341,8 @@ class HaiClient:
         """The log as it grows, until the instance ends; `HaiConnectionLost` if the server answered and
         then went away, `HaiUnreachable` if it never answered."""
         params = {"tail": tail, "follow": True}
-        url = endpoints.log_path(instance_id)
-        answered = False
-        try:
-            with self._http.stream("GET", url, params=params) as resp:
-                answered = True
-                if not _succeeded(resp, TEXT):
-                    _raise_for(resp.read(), self.connection.server, f"GET {url}", TEXT)
-                yield from resp.iter_text()
-        except TransportError as e:
-            lost = HaiConnectionLost if answered else HaiUnreachable
-            raise lost(self.connection.server, e.kind) from None
+        with self._streaming("GET", endpoints.log_path(instance_id), TEXT, params) as resp:
+            yield from resp.iter_text()
 
     def check_store(self) -> LedgerView:
         """The ledger run on the server's store (platform admins)."""

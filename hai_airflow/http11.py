@@ -91,7 +91,7 @@ class Stream:
 
     def iter_text(self) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        while chunk := self._response.read1(65536):
+        for chunk in self.iter_bytes():
             if text := decoder.decode(chunk):
                 yield text
         if tail := decoder.decode(b"", final=True):
