@@ -32,8 +32,9 @@ HISTORY_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """What the controller planned last: its snapshot (immutable) and copies of its row maps (rows are
-    replaced on change, never changed in place, so the copies stay as they were)."""
+    """What the controller planned last: its snapshot (immutable) and shallow copies of its row maps.
+    The rows themselves are the controller's: it may still set a waiting job's `reason` on them, which
+    the forecast does not read."""
 
     snapshot: Snapshot
     rows: Mapping[int, JobRow]
