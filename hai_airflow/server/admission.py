@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from sqlalchemy.orm import Session
 from hai_airflow.backends.base import Backend, Handle, JobEnvironment, Launch, StartError
 from hai_airflow.backends.confine import make_beneath
 from hai_airflow.scheduling.model import WAITING, Admit
-from hai_airflow.server import paths, transitions
+from hai_airflow.server import clock, paths, transitions
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.snapshot import schedulable
 from hai_airflow.server.tables import InstanceRow, JobRow
@@ -86,7 +85,7 @@ def claim(
         starts.append(transitions.Start(job, d.placement, resume, checkpoint, d.reason))
     if not starts:
         return []
-    instances = transitions.begin_instances(s, starts, time.time(), holder)
+    instances = transitions.begin_instances(s, starts, clock.now(), holder)
     news = []
     for (job, spec, d), start, inst in zip(ready, starts, instances, strict=True):
         saves_to = model_dir(ctx, job.id, spec)

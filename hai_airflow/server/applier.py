@@ -4,7 +4,6 @@ reservations, waiting reasons, rejections, claims and launches, each through `tr
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ from sqlalchemy.orm import Session
 from hai_airflow import durations
 from hai_airflow.backends.base import Backend
 from hai_airflow.scheduling.model import Admit, Decision, Reject, Reserve, Suspend, Wait
-from hai_airflow.server import admission, by_id, lease, transitions
+from hai_airflow.server import admission, by_id, clock, lease, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.dependencies import verdict, within_slots
@@ -86,7 +85,7 @@ class PlanApplier:
                 with self.write() as s:
                     job = s.get(JobRow, row.id)
                     if job is not None and job.state in WAITING:
-                        transitions.cancel_waiting(s, job, time.time())
+                        transitions.cancel_waiting(s, job, clock.now())
                 changed = True
             elif row.cancel_requested and running and inst is not None:
                 reason = f"cancel asked by {row.cancel_by}"
@@ -164,7 +163,7 @@ class PlanApplier:
             job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
             if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
                 return
-            transitions.stopping(s, job, fresh, kind, grace, reason, time.time(), preemptor)
+            transitions.stopping(s, job, fresh, kind, grace, reason, clock.now(), preemptor)
         self.backend.stop(inst.id, grace, notice)
 
     # ---- a plan -------------------------------------------------------------------------------
@@ -196,7 +195,7 @@ class PlanApplier:
     def _write_decided(self, view: StoreView, d: Decided, stale: set[int]) -> list[admission.NewInstance]:
         """Reservations, reasons, rejections and claims in one transaction; the claimed instances."""
         with self.write() as s:
-            now = time.time()
+            now = clock.now()
             for r in d.reserves:
                 transitions.reserve(s, r.job_id, r.placement, now)
             if stale:
@@ -231,7 +230,7 @@ class PlanApplier:
         started = [(new, *admission.launch(self.ctx, self.backend, new)) for new in news]
         try:
             with self.write() as s:
-                now = time.time()
+                now = clock.now()
                 for new, handle, failure in started:
                     # Only the controller moves a job's state, so the claimed rows are still as
                     # committed in what the outcome writes (a cancel or a hold sets other columns).

@@ -7,7 +7,6 @@ so; a Core statement that changes a job's planning inputs calls `job_changed` it
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from itertools import chain
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, delete, event, func, insert, or_, select, text, tuple_
 from sqlalchemy.orm import Session, sessionmaker
 
+from hai_airflow.server import clock
 from hai_airflow.server.tables import (
     ChangeRow,
     GroupRow,
@@ -62,7 +62,7 @@ def track(
         pending: set[Change] | None = session.info.pop(_PENDING, None)
         if not pending:
             return
-        now = time.time()
+        now = clock.now()
         ordered = sorted(pending, key=lambda c: (c[0], c[1] or 0))
         session.execute(statement, [{"kind": k, "job_id": j, "at": now} for k, j in ordered])
         session.info[_RECORDED] = True
@@ -129,7 +129,7 @@ def newest(session: Session, now: float | None = None) -> Cursor:
 
 def _ready(now: float | None) -> ColumnElement[bool]:
     """PostgreSQL: no running transaction can come before the change, or it waited long enough."""
-    held_since = (time.time() if now is None else now) - HELD_BACK_SECONDS
+    held_since = (clock.now() if now is None else now) - HELD_BACK_SECONDS
     return or_(ChangeRow.txn < _RUNNING_FROM, ChangeRow.at < held_since)
 
 

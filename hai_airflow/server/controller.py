@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from pathlib import Path
 
 from sqlalchemy import select, text
@@ -16,7 +15,7 @@ from hai_airflow.backends.base import Backend, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Decision
 from hai_airflow.scheduling.settled import Settled
-from hai_airflow.server import lease
+from hai_airflow.server import clock, lease
 from hai_airflow.server.applier import PlanApplier
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.exits import ExitRecorder
@@ -116,7 +115,7 @@ class Controller:
                 continue
             wait = POLL_SECONDS
             if self._woken:  # a wake-up waits for the settle time of the last cycle
-                wait = min(wait, max(self._settled_at - time.time(), 0.02))
+                wait = min(wait, max(self._settled_at - clock.now(), 0.02))
             self._woken = self.ctx.wakeup.wait(wait) or self._woken
 
     def _probe_store(self) -> None:
@@ -134,7 +133,13 @@ class Controller:
     def step(self, force: bool = False) -> None:
         """Take the lease if free, record exits, plan when woken, after exits, or every tick, and scan
         for checkpoints now and then."""
-        now = time.time()
+        now = clock.now()
+        if (gap := clock.CLOCK.step_seen()) is not None:
+            log.warning(
+                "the wall clock stepped by %+.1f s; the server keeps its own time and takes the step up "
+                "over %.0f s, so grace periods, time limits and the lease last what they say",
+                gap, abs(gap) / clock.SLEW,
+            )
         if not self.active and not self._acquire(now):
             return
         self.lease.renew_if_due(now)
@@ -145,7 +150,7 @@ class Controller:
             self._last_cycle = now
             with self.ctx.metrics.planner_cycle.time():
                 self.cycle()
-            ended = time.time()
+            ended = clock.now()
             self._settled_at = ended + SETTLE_FACTOR * (ended - now)
         self.scanner.scan_if_due(now)
 
@@ -169,10 +174,10 @@ class Controller:
         applied in order; no plan (nor snapshot) while the cluster is as the last plan, which only made
         jobs wait, left it (`Settled`)."""
         kept = self._read()
-        now = time.time()
+        now = clock.now()
         if self.applier.requests(kept) | self.applier.expire(kept, now) | self.applier.release(kept, now):
             self._read()
-        now, state = time.time(), self.follower.state
+        now, state = clock.now(), self.follower.state
         settled = self.settled.holds(state, now) if self.settled is not None else None
         if settled is not None:
             if self.settled is not None and settled.arrived != self.settled.arrived:
@@ -226,7 +231,7 @@ class Controller:
                 left = (
                     0
                     if i.stop_requested_at is None
-                    else i.grace_seconds - (time.time() - i.stop_requested_at)
+                    else i.grace_seconds - (clock.now() - i.stop_requested_at)
                 )
                 notice = i.stop_kind in ("preempt", "hold", "timeout") and i.grace_seconds > 0
                 self.backend.stop(i.id, max(0, int(left)), notice)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -21,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.backends import logs
 from hai_airflow.backends.base import Exit
-from hai_airflow.server import by_id, lease, transitions
+from hai_airflow.server import by_id, clock, lease, transitions
 from hai_airflow.server.checkpoints import Checkpoint
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.hints import failure_hint
@@ -138,7 +137,7 @@ class ExitRecorder:
         ended: list[tuple[Exit, int, transitions.Outcome, float]] = []
         with self.write() as s:
             insts, jobs = rows_of(s, [ex for ex, _, _ in seen])
-            now = time.time()
+            now = clock.now()
             for ex, final, hint in seen:
                 inst = insts.get(ex.instance_id)
                 job = jobs.get(inst.job_id) if inst is not None else None

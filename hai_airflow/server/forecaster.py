@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from hai_airflow.scheduling.model import Decision, Snapshot, Wait
 from hai_airflow.scheduling.runtime import RuntimeHistory
+from hai_airflow.server import clock
 from hai_airflow.server.forecasting import QueueForecast, forecast_queue
 from hai_airflow.server.runtimes import recent_runs, runtime_facts
 from hai_airflow.server.store import Store
@@ -77,7 +78,7 @@ class Forecaster:
         """The controller planned `snapshot` into `decisions`: forecast from it when the thread is next
         free. Only takes references (and shallow copies of the maps): it costs the controller next to
         nothing."""
-        self._offer = Offer(snapshot, dict(rows), dict(current), time.time(), decisions)
+        self._offer = Offer(snapshot, dict(rows), dict(current), clock.now(), decisions)
         self._wake.set()
 
     def start(self) -> None:

@@ -4,13 +4,12 @@ full read of the store every few minutes as a safety net, whose differences are 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 
 from sqlalchemy.orm import Session
 
-from hai_airflow.server import changes, heap
+from hai_airflow.server import changes, clock, heap
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.follow import Kept, StoreFollower, differences, read_all
 
@@ -33,7 +32,7 @@ class Keeper:
     def read(self) -> tuple[Kept, bool]:
         """The store as kept, and whether it was read whole just now (every RESYNC_SECONDS, and at
         first): then a difference from the kept copy is counted (`kept_state_drifts`) and logged."""
-        now = time.time()
+        now = clock.now()
         if now - self.last_resync < RESYNC_SECONDS and self.follower.kept is not None:
             with self.ctx.store.read() as s:
                 self.follower.catch_up(s)

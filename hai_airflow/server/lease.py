@@ -6,12 +6,13 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from hai_airflow.server import clock
 from hai_airflow.server.store import Store
 from hai_airflow.server.tables import LeaseRow
 
@@ -47,14 +48,37 @@ def _dead_on_this_host(holder: str) -> bool:
     return False
 
 
-def try_acquire(session: Session, me: str, now: float, ttl: float = LEASE_SECONDS) -> bool:
-    """Take the lease if it is ours, expired, or held by a dead process on this host; renew it if ours."""
+class Watch:
+    """How long the lease row has stayed as it is, by this server's monotonic clock. A holder that is
+    alive renews it every RENEW_SECONDS at least; one that stopped leaves it as it was. Judging
+    expiry by this rather than by the row's `expires_at`, no other server's clock enters: a server
+    whose wall clock is minutes ahead does not take a live holder's lease."""
+
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._monotonic = monotonic
+        self._seen: tuple[str, float] | None = None
+        self._since = 0.0
+
+    def unchanged_for(self, row: LeaseRow) -> float:
+        seen, now = (row.holder, row.expires_at), self._monotonic()
+        if seen != self._seen:
+            self._seen, self._since = seen, now
+        return now - self._since
+
+
+def try_acquire(
+    session: Session, me: str, now: float, ttl: float = LEASE_SECONDS, watch: Watch | None = None
+) -> bool:
+    """Take the lease if it is ours, released, expired, or held by a dead process on this host; renew
+    it if ours. Expired: unchanged for `ttl` by `watch`, or without one, `expires_at` before `now`."""
     row = session.get(LeaseRow, 1, with_for_update=True)
     if row is None:
         session.add(LeaseRow(id=1, holder=me, expires_at=now + ttl, acquired_at=now))
         return True
-    if row.holder != me and row.holder and row.expires_at > now and not _dead_on_this_host(row.holder):
-        return False
+    if row.holder != me and row.holder and row.expires_at > 0 and not _dead_on_this_host(row.holder):
+        held = row.expires_at > now if watch is None else watch.unchanged_for(row) < ttl
+        if held:
+            return False
     if row.holder != me:
         row.acquired_at = now
     row.holder, row.expires_at = me, now + ttl
@@ -93,10 +117,17 @@ class Holding:
         self.me = me
         self.seconds = seconds
         self.last_renew = 0.0
+        self.watch = Watch()
 
     def acquire(self, now: float) -> bool:
+        """Take the lease if free; taking it over, this server's clock first moves up to the last
+        write of the controller before it, so the times controllers write never go back."""
         with self.store.write() as s:
-            got = try_acquire(s, self.me, now, self.seconds)
+            row = s.get(LeaseRow, 1, with_for_update=True)
+            if row is not None and row.holder != self.me:
+                clock.CLOCK.not_before(row.expires_at - self.seconds)
+                now = max(now, clock.now())
+            got = try_acquire(s, self.me, now, self.seconds, self.watch)
         if got:
             self.last_renew = now
         return got
@@ -111,7 +142,7 @@ class Holding:
     def write(self) -> Iterator[Session]:
         """A write transaction that first renews the lease (LeaseLost when another server holds it)."""
         with self.store.write() as s:
-            now = time.time()
+            now = clock.now()
             renew(s, self.me, now, self.seconds)
             self.last_renew = now
             yield s

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hai_airflow.server import lease
+from hai_airflow.server import clock, lease
 from hai_airflow.server.auth import verify
 from hai_airflow.server.capacity import node_usage
 from hai_airflow.server.errors import ApiError
@@ -159,7 +159,7 @@ class _StoreCollector(Collector):
                 if u.row.gpus > 0:
                     used[u.row.gpu_type] += len(u.holders)
                     idle[u.row.gpu_type] += len(u.free_gpus)
-            held = lease.current(s, time.time())
+            held = lease.current(s, clock.now())
             current = held.holder if held is not None else None
         for gpu_type in sorted(used):
             allocated.add_metric([gpu_type], used[gpu_type])

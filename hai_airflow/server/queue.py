@@ -3,14 +3,12 @@ others' jobs only as what the queue needs."""
 
 from __future__ import annotations
 
-import time
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling import plan, weight
 from hai_airflow.scheduling.model import Admit, Reject, Wait
-from hai_airflow.server import by_id
+from hai_airflow.server import by_id, clock
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.follow import read_all
 from hai_airflow.server.forecasting import QueueForecast
@@ -61,7 +59,7 @@ def queue_entries(
 ) -> list[QueueEntryView]:
     """Waiting jobs in the order a fresh plan would serve them, each with its `forecast` (another
     user's with the time only); held ones last."""
-    now = time.time() if now is None else now
+    now = clock.now() if now is None else now
     view = read_all(session, policy).view()
     decisions = plan(view.snapshot, now, view.usage)
     waiting = [r for r in view.jobs.values() if r.state in WAITING]

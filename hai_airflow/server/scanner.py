@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hai_airflow.server import paths, transitions
+from hai_airflow.server import clock, paths, transitions
 from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.tables import InstanceRow, JobRow
@@ -79,7 +79,7 @@ class CheckpointScanner:
         if not found:
             return
         with self.write() as s:
-            now = time.time()
+            now = clock.now()
             for job_id, ckpt in found.items():
                 job = s.get(JobRow, job_id)
                 if job is not None and (

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from hai_airflow import arrays
 from hai_airflow import labels as label_rules
 from hai_airflow.scheduling.model import WAITING, Quota
 from hai_airflow.scheduling.quota import QuotaVerdict, judge
-from hai_airflow.server import auth, changes, dependencies
+from hai_airflow.server import auth, changes, clock, dependencies
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.context import ServerContext
@@ -210,6 +209,8 @@ class Requeue:
     checkpoint_at: float | None
     by: Caller
     """Who asked: the owner, their group admin or a platform admin."""
+    last_event_at: float = 0.0
+    """When the ended job's newest event happened: its requeue event is not dated earlier."""
 
     def how(self) -> str:
         return f"resuming from its checkpoint {self.checkpoint}" if self.checkpoint else "starting afresh"
@@ -218,7 +219,7 @@ class Requeue:
         """The ended job's event naming the job that runs it again."""
         return {
             "job_id": self.job_id,
-            "at": now,
+            "at": max(now, self.last_event_at),
             "kind": "requeued",
             "from_state": self.state,
             "to_state": self.state,
@@ -257,7 +258,7 @@ def requeue(s: Session, old: JobRow, by: Caller, fresh: bool) -> Submit:
         )
     checkpoint, at = (None, None) if fresh else (old.latest_checkpoint, old.latest_checkpoint_at)
     spec = SubmitRequest(spec=parse_spec(old))
-    return Submit(owner, spec, Requeue(old.id, old.state, checkpoint, at, by))
+    return Submit(owner, spec, Requeue(old.id, old.state, checkpoint, at, by, old.last_event_at or 0.0))
 
 
 Outcome = tuple[JobView, bool] | BaseException
@@ -282,8 +283,7 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     res = resolve_resources(ctx, spec)
     if is_high(spec.max_schedule) and not holds_high_priority(spec.max_schedule, res.gpus):
         raise ApiError(422, CPU_NEVER_HIGH[0], field="spec.max_schedule", fix=CPU_NEVER_HIGH[1])
-    requeue = submit.requeue
-    waits = None
+    requeue, waits = submit.requeue, None
     if spec.after or spec.after_any:
         with ctx.store.read() as s:
             waits = dependencies.check(s, caller, spec)
@@ -308,6 +308,7 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
         time_limit_seconds=spec.time_limit_seconds,
         labels=label_rules.encode(spec.labels),
         submitted_at=now,
+        last_event_at=now,
         suspended_seconds=0.0,
         runtime_seconds=0.0,
         preemptions=0,
@@ -351,7 +352,7 @@ def _known(s: Session, checked: _Checked) -> Outcome:
         what = f"requeue of job {requeue.job_id}" if requeue else f"job with client_key {key!r}"
         raise RuntimeError(f"{what} was neither inserted nor found")
     current = s.get(InstanceRow, known.current_instance_id) if known.current_instance_id else None
-    return job_view(known, current, time.time()), False
+    return job_view(known, current, clock.now()), False
 
 
 def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcome]:
@@ -429,12 +430,12 @@ def submit_array(ctx: ServerContext, submit: Submit) -> tuple[JobView, bool]:
         array = arrays.parse(submit.request.array or "")
     except ValueError as error:
         raise ApiError(422, str(error), field="array", fix="Write it like 0-9%2") from None
-    checked = _check(ctx, submit, time.time())
+    checked = _check(ctx, submit, clock.now())
     caller, key, values = submit.caller, submit.request.client_key, checked.values
     with ctx.store.write() as s:
         known = _existing(s, caller, key) if key is not None else None
         if known is not None:
-            return job_view(known, None, time.time()), False
+            return job_view(known, None, clock.now()), False
         ids = ctx.store.job_ids(s, len(array.indices))
         rows = [_array_task(values, ids, n, i, array, key) for n, i in enumerate(array.indices)]
         if ids[0] not in set(s.scalars(_INSERT_JOB[ctx.store.dialect], rows)):
@@ -485,7 +486,7 @@ def submit_all(ctx: ServerContext, submits: list[Submit]) -> list[Outcome]:
     one submit, is that submit's outcome and never fails the others. Run by the API's intake threads
     (`intake.Intake`), several batches at once.
     """
-    now = time.time()
+    now = clock.now()
     refused: dict[int, Outcome] = {}
     checked: dict[int, _Checked] = {}
     for i, submit in enumerate(submits):

@@ -138,6 +138,8 @@ class JobRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     suspended_at: Mapped[float | None] = mapped_column(Float)
+    last_event_at: Mapped[float | None] = mapped_column(Float)
+    """When its newest event happened: the next one is never dated earlier (`transitions.event`)."""
     suspended_seconds: Mapped[float] = mapped_column(Float, default=0)
     runtime_seconds: Mapped[float] = mapped_column(Float, default=0)
     """Seconds run by ended instances (the current one is added when viewed)."""

@@ -37,7 +37,7 @@ def move(
     if (job.state, to_state) not in MOVES:
         raise IllegalMove(f"job {job.id}: {job.state} -> {to_state} ({kind}) is not a legal move")
     leaves_queue = job.state in WAITING
-    event(s, job, kind, reason, now, to_state, actor)
+    now = event(s, job, kind, reason, now, to_state, actor)
     job.state = to_state
     job.reason = reason
     if to_state in TERMINAL_STATES:
@@ -55,12 +55,17 @@ def event(
     now: float,
     to_state: JobState | None = None,
     actor: str = CONTROLLER,
-) -> None:
-    """Record what happened to the job and why; without `to_state`, the job stays where it is."""
+) -> float:
+    """Record what happened to the job and why; without `to_state`, the job stays where it is.
+
+    Dated `now`, or the job's newest event's time if that is later: events written by servers whose
+    clocks differ a little still follow each other. Returns the date it got."""
+    at = max(now, job.last_event_at or 0.0)
+    job.last_event_at = at
     s.add(
         EventRow(
             job_id=job.id,
-            at=now,
+            at=at,
             kind=kind,
             from_state=job.state,
             to_state=job.state if to_state is None else to_state,
@@ -68,6 +73,7 @@ def event(
             actor=actor,
         )
     )
+    return at
 
 
 def clear_reservations(s: Session, job_ids: Iterable[int]) -> None:

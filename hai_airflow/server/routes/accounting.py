@@ -6,7 +6,6 @@ groups they administer; a platform admin, everyone's."""
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,6 +15,7 @@ from fastapi import APIRouter, Depends, Query
 from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
+from hai_airflow.server import clock
 from hai_airflow.server.accounting import (
     HOUR,
     Account,
@@ -68,7 +68,7 @@ def _window(
     user: PrincipalName | None = None,
     group: PrincipalName | None = None,
 ) -> Window:
-    end = _moment(until, "until") if until is not None else time.time()
+    end = _moment(until, "until") if until is not None else clock.now()
     start = (
         _moment(since, "since") if since is not None else end - timedelta(days=DEFAULT_DAYS).total_seconds()
     )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from hai_airflow.server import capacity, queue, quotas, submission
+from hai_airflow.server import capacity, clock, queue, quotas, submission
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.context import ServerContext
@@ -80,7 +79,7 @@ def drain_node(
     with ctx.store.write() as s:
         row = _node_to_change(s, caller, name, "drain")
         if not row.drained:
-            row.drained, row.drained_by, row.drained_at = True, caller.name, time.time()
+            row.drained, row.drained_by, row.drained_at = True, caller.name, clock.now()
             row.drain_reason = body.reason
     ctx.wakeup.set()
     return _node_view(ctx, caller, name)

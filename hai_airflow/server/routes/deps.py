@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
@@ -10,7 +9,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import Session
 
 from hai_airflow.labels import parse_selector
-from hai_airflow.server import transitions
+from hai_airflow.server import clock, transitions
 from hai_airflow.server.auth import Caller, authenticate
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError, not_found
@@ -79,7 +78,7 @@ def current_instance(s: Session, row: JobRow) -> InstanceRow | None:
 
 
 def view_of(s: Session, row: JobRow) -> JobView:
-    return job_view(row, current_instance(s, row), time.time())
+    return job_view(row, current_instance(s, row), clock.now())
 
 
 def require_unfinished(row: JobRow, action: str) -> None:
@@ -98,7 +97,7 @@ def add_event(s: Session, row: JobRow, kind: str, reason: str, caller: Caller) -
     """Record what the caller asked of the job; a service acting for them is named in the reason."""
     if caller.via is not None:
         reason += f" (via {caller.via})"
-    transitions.event(s, row, kind, reason, time.time(), actor=caller.name)
+    transitions.event(s, row, kind, reason, clock.now(), actor=caller.name)
 
 
 def require_group_admin(caller: Caller, row: JobRow, action: str) -> None:

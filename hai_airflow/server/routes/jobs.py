@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling.model import WAITING
-from hai_airflow.server import by_id, submission
+from hai_airflow.server import by_id, clock, submission
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.context import ServerContext
@@ -185,7 +185,7 @@ def list_jobs(
         rows = list(s.scalars(query.order_by(JobRow.id.desc()).limit(limit or DEFAULT_LIST_LIMIT)))
         ids = [r.current_instance_id for r in rows if r.current_instance_id]
         current = by_id.rows(s, InstanceRow, ids)
-        now = time.time()
+        now = clock.now()
         return [job_view(r, current.get(r.current_instance_id or -1), now) for r in rows]
 
 
@@ -194,7 +194,7 @@ def get_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
     with ctx.store.read() as s:
         row = visible_job(s, caller, job_id)
         events = list(s.scalars(select(EventRow).where(EventRow.job_id == job_id).order_by(EventRow.id)))
-        detail = job_detail(row, current_instance(s, row), events, time.time())
+        detail = job_detail(row, current_instance(s, row), events, clock.now())
     latest = ctx.forecast
     if latest is None or detail.state in TERMINAL_STATES:
         return detail

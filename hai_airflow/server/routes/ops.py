@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from hai_airflow.server import lease
+from hai_airflow.server import clock, lease
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.metrics import require_scraper
 
@@ -19,7 +18,7 @@ router = APIRouter()
 def health(request: Request) -> dict[str, Any]:
     """No auth: is the server up, and which controller holds the lease."""
     c: ServerContext = request.app.state.ctx
-    now = time.time()
+    now = clock.now()
     with c.store.read() as s:
         held = lease.current(s, now)
     holder = held.holder if held is not None else None
