@@ -31,6 +31,15 @@ HAI_CONFIG = TEST_CONFIG + AIRFLOW_SERVICE + f'\n[backend]\nimages = {{ local = 
 (so `python3 train.py` finds torch)."""
 
 
+STANDALONE_FORM = {
+    "mode": "standalone",
+    "image": "local",
+    "resource_pkg": 454,
+    "gpu_type": "V100",
+    "code_src": "nas",
+    "code_path": str(INCLUDE),
+}
+"""`hai_submit_training`'s form for a 1-GPU job of the include/ scripts (add task_name, cmd)."""
 DAG_TEST_USER = "dag_test"
 """The triggering user Airflow gives every `dag.test()` run."""
 

@@ -64,7 +64,7 @@ class AirflowServices:
             "AIRFLOW_CONN_HAI_ADMIN": connection_json(hai),
             "AIRFLOW__HAI__POOL_SYNC_CONN_ID": "hai_admin",
         }
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def airflow(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "airflow", *args]
@@ -74,29 +74,36 @@ class AirflowServices:
             self.airflow("db", "migrate"), env=self.env, capture_output=True, timeout=300
         )
         assert migrate.returncode == 0, migrate.stderr[-3000:]
-        services = {
-            "api-server": ("api-server", "--port", str(self.port), "--host", "127.0.0.1", "--workers", "1"),
-            "scheduler": ("scheduler",),
-            "dag-processor": ("dag-processor",),
-            "triggerer": ("triggerer",),
-        }
-        for name, args in services.items():
-            with open(self.home / f"{name}.log", "ab") as out:
-                self.procs.append(
-                    subprocess.Popen(
-                        self.airflow(*args),
-                        env=self.env,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
+        for name in self.SERVICES:
+            self.start_service(name)
+
+    SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+    def start_service(self, name: str) -> None:
+        """Start one of SERVICES (again, after `kill9`)."""
+        api = ("api-server", "--port", str(self.port), "--host", "127.0.0.1", "--workers", "1")
+        args = {"api-server": api}
+        with open(self.home / f"{name}.log", "ab") as out:
+            self.procs[name] = subprocess.Popen(
+                self.airflow(*args.get(name, (name,))),
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def kill9(self, name: str) -> None:
+        """SIGKILL a service and every process it started."""
+        proc = self.procs.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
     def stop(self) -> None:
-        for proc in self.procs:
+        for proc in self.procs.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
+        for proc in self.procs.values():
             try:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
@@ -126,7 +133,8 @@ class AirflowServices:
                         timeout=30,
                     )
             assert time.monotonic() < deadline, "the api-server never answered:\n" + self.logs()
-            assert all(p.poll() is None for p in self.procs), "an Airflow service exited:\n" + self.logs()
+            exited = [name for name, p in self.procs.items() if p.poll() is not None]
+            assert not exited, f"Airflow's {exited} exited:\n" + self.logs()
             time.sleep(1)
 
 

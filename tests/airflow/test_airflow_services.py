@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.airflow.helpers import INCLUDE
+from tests.airflow.helpers import STANDALONE_FORM
 from tests.airflow.services import AirflowServices, poll
 from tests.support.live_server import LiveServer
 
@@ -64,14 +64,7 @@ def test_each_airflow_user_submits_as_themselves_through_the_rest_api(
         airflow_services.logs,
     )
 
-    form = {
-        "mode": "standalone",
-        "image": "local",
-        "resource_pkg": 454,
-        "gpu_type": "V100",
-        "code_src": "nas",
-        "code_path": str(INCLUDE),
-    }
+    form = STANDALONE_FORM
     # Long enough (about 14 s) that the deferral outlasts the ~10 s window in which Airflow's
     # LocalExecutor can wrongly fail a task that resumes from a short deferral (apache/airflow #71580).
     train = "python3 train.py --steps 20 --ckpt-every 10 --step-sleep 0.7"
