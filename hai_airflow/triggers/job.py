@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal
 
@@ -12,9 +13,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from hai_airflow.client import AsyncHaiClient, HaiError
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
 from hai_airflow.hooks.retry import aretry_transient
-from hai_airflow.spec import TERMINAL_STATES, JobState, JobView, PriorityClass
+from hai_airflow.spec import TERMINAL_STATES, ForecastView, JobState, JobView, PriorityClass
 
 LOG_TAIL_ATTEMPTS = 4
+FORECAST_MOVE_SECONDS = 300.0
+"""A waiting job's forecast start is logged again when it moved by this much, or its source changed."""
 JobEventStatus = Literal["success", "failed", "cancelled", "timeout", "reached", "error"]
 
 
@@ -84,6 +87,36 @@ def describe_transition(job: JobView, previous: str | None) -> str:
     return text
 
 
+Said = tuple[float | None, str | None]
+"""The forecast last logged: its start (epoch seconds) and source."""
+
+
+def describe_forecast(
+    job_id: int, forecast: ForecastView | None, said: Said | None
+) -> tuple[str, Said] | None:
+    """A log line for a waiting job's forecast start, when there is one and it is news against `said`
+    (first, moved by FORECAST_MOVE_SECONDS, or from another source); with what to remember."""
+    if forecast is None:
+        return None
+    start = forecast.start_at.timestamp() if forecast.start_at is not None else None
+    now: Said = (start, forecast.source)
+    if said is not None and said[1] == now[1]:
+        if start is None and said[0] is None:
+            return None
+        if start is not None and said[0] is not None and abs(start - said[0]) < FORECAST_MOVE_SECONDS:
+            return None
+    if forecast.start_at is None:
+        ahead = f" (the forecast looked ahead to {_utc(forecast.horizon)})" if forecast.horizon else ""
+        return f"hai job {job_id}: no start expected yet from the jobs running and queued now{ahead}", now
+    at = _utc(forecast.start_at)
+    source = f", estimated from {forecast.source}" if forecast.source and forecast.source != "now" else ""
+    return f"hai job {job_id}: expected to start around {at}{source}", now
+
+
+def _utc(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 class HaiJobTrigger(BaseTrigger):
     """Waits, without tight polling, until a hai job reaches one of `target_states` or ends.
 
@@ -146,6 +179,7 @@ class HaiJobTrigger(BaseTrigger):
 
     async def _follow(self, client: AsyncHaiClient, hook: HaiAsyncHook) -> HaiJobEvent:
         state: str | None = None
+        said: Said | None = None
         while True:
             try:
                 job = await aretry_transient(
@@ -161,6 +195,22 @@ class HaiJobTrigger(BaseTrigger):
                 state = job.state
             if is_done(job.state, self.target_states):
                 return HaiJobEvent.from_job(job, self.target_states, await self._log_tail(client, hook))
+            if job.state in (JobState.PENDING, JobState.SUSPENDED):
+                said = await self._say_forecast(client, said)
+
+    async def _say_forecast(self, client: AsyncHaiClient, said: Said | None) -> Said | None:
+        """Log the waiting job's forecast start when it is news; a forecast that cannot be read is
+        only missed (the wait goes on)."""
+        try:
+            detail = await client.job(self.job_id)
+        except HaiError as e:
+            self.log.debug("no forecast for hai job %s: %s", self.job_id, e.message)
+            return said
+        news = describe_forecast(self.job_id, detail.forecast, said)
+        if news is None:
+            return said
+        self.log.info(news[0])
+        return news[1]
 
     async def _log_tail(self, client: AsyncHaiClient, hook: HaiAsyncHook) -> list[str]:
         """The log tail for the event; a few retries when the server is briefly away, then none."""

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from airflow.triggers.base import BaseTrigger
 
 from hai_airflow.client import AsyncHaiClient, HaiUnreachable
-from hai_airflow.spec import CpuJobSpec, JobView
+from hai_airflow.spec import CpuJobSpec, ForecastView, JobView, StandaloneJobSpec
 from hai_airflow.triggers.checkpoint import HaiCheckpointTrigger
-from hai_airflow.triggers.job import HaiJobEvent, HaiJobTrigger
+from hai_airflow.triggers.job import HaiJobEvent, HaiJobTrigger, describe_forecast
 from hai_airflow.triggers.quota import HaiQuotaTrigger
 from tests.airflow.helpers import wait_for
 from tests.support.live_server import LiveServer
@@ -172,3 +175,51 @@ def test_on_kill_cancels_the_job_unless_told_not_to(hai_conn: Callable[..., Live
     with server.client() as client:
         assert wait_for(client, killed.id, lambda j: j.state == "CANCELLED").state == "CANCELLED"
         assert client.job(kept.id).state not in ("CANCELLED", "SUCCEEDED", "FAILED")
+
+
+def test_a_waiting_job_s_forecast_start_is_logged_when_it_is_news(
+    hai_conn: Callable[..., LiveServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = hai_conn()
+    with server.client() as admin:
+        spec = {"code_path": "/tmp", "cmd": "sleep 120", "resource_pkg": 457, "max_schedule": 0}
+        first = admin.submit(StandaloneJobSpec(task_name="holds-all-gpus", time_limit_seconds=3600, **spec))
+        wait_for(admin, first.id, lambda j: j.state == "RUNNING")
+        second = admin.submit(StandaloneJobSpec(task_name="waits", **spec))
+
+    async def follow_a_while() -> None:  # the job waits an hour: the trigger is stopped long before
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(first_event_async(HaiJobTrigger(second.id, poll_timeout=1)), 15)
+
+    asyncio.run(follow_a_while())
+    logged = capsys.readouterr().out + capsys.readouterr().err
+    lines = [line for line in logged.splitlines() if "expected to start" in line]
+    assert len(lines) == 1, logged  # said once, while it does not move
+    said = re.search(r"hai job (\d+): expected to start around (\S+ \S+) UTC, estimated from (\w+)", lines[0])
+    assert said is not None, lines
+    assert (int(said[1]), said[3]) == (second.id, "limit")  # the running job's time limit
+    start = datetime.strptime(said[2], "%Y-%m-%d %H:%M").replace(tzinfo=UTC).timestamp()
+    assert time.time() + 3400 < start <= time.time() + 3600
+
+
+async def first_event_async(trigger: BaseTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return dict(event.payload)
+    raise AssertionError("the trigger ended without an event")
+
+
+def test_describe_forecast_says_news_only() -> None:
+    at = datetime(2026, 12, 6, 14, 20, tzinfo=UTC)
+    forecast = ForecastView(start_at=at, source="history")
+    line, said = describe_forecast(7, forecast, None) or ("", None)
+    assert line == "hai job 7: expected to start around 2026-12-06 14:20 UTC, estimated from history"
+    assert describe_forecast(7, forecast, said) is None
+    assert (
+        describe_forecast(7, ForecastView(start_at=at + timedelta(minutes=4), source="history"), said) is None
+    )
+    moved = describe_forecast(7, ForecastView(start_at=at + timedelta(minutes=6), source="history"), said)
+    assert moved is not None and "14:26 UTC" in moved[0]
+    assert describe_forecast(7, ForecastView(start_at=at, source="limit"), said) is not None
+    none_yet = describe_forecast(7, ForecastView(horizon=at), None)
+    assert none_yet is not None and none_yet[0].startswith("hai job 7: no start expected yet")
+    assert describe_forecast(7, None, said) is None
