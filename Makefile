@@ -41,11 +41,12 @@ bench: install
 	$(PY) benchmarks/airflow_bench.py
 	bash benchmarks/vs_slurm.sh 1000 16
 
-# The faults tier (part of `make test`) CHAOS_ROUNDS times over, then its figures as a table.
+# The faults tier (part of `make test`) CHAOS_ROUNDS times over, each round drawing its random faults
+# from another seed, then its figures as tables.
 CHAOS_ROUNDS ?= 5
 chaos: install provision
 	rm -f .artifacts/faults.jsonl
-	for round in $$(seq 1 $(CHAOS_ROUNDS)); do $(PY) -m pytest -m faults -p no:randomly || exit 1; done
+	for round in $$(seq 1 $(CHAOS_ROUNDS)); do HAI_CHAOS_SEED=$$round $(PY) -m pytest -m faults -p no:randomly || exit 1; done
 	$(PY) -m tests.faults.figures .artifacts/faults.jsonl
 
 up: install

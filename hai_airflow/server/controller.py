@@ -103,8 +103,10 @@ class Controller:
                 self.active = False
             except STORE_UNAVAILABLE as e:
                 self._outage.failed(e)
+                self.keeper.forget()
             except Exception:
                 log.exception("controller step failed; retrying")
+                self.keeper.forget()
             else:
                 if self._outage.since is not None:
                     self._probe_store()

@@ -29,6 +29,12 @@ class Keeper:
         self.last_resync = 0.0
         """When the store was last read whole; 0 makes the next read whole (on taking the lease)."""
 
+    def forget(self) -> None:
+        """After a failed step: the kept copy may hold rows that the failed transaction expired (a
+        rollback expires what its session loaded) or a feed half applied, so the next read is whole."""
+        self.follower.kept = None
+        self.last_resync = 0.0
+
     def read(self) -> tuple[Kept, bool]:
         """The store as kept, and whether it was read whole just now (every RESYNC_SECONDS, and at
         first): then a difference from the kept copy is counted (`kept_state_drifts`) and logged."""

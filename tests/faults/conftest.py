@@ -3,6 +3,7 @@ the test's own to stop, start and cut off."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import hai, isolated_home
+from tests.faults.load import Tally
 from tests.support.own_postgres import OwnPostgres, unavailable_reason
 
 __all__ = ["hai", "isolated_home"]
@@ -43,14 +45,23 @@ def figures(request: pytest.FixtureRequest) -> Callable[[str, float], None]:
     """`record(measure, seconds)`: one figure of this test's fault, kept for the table."""
 
     def record(measure: str, seconds: float) -> None:
-        FIGURES.parent.mkdir(parents=True, exist_ok=True)
-        line = {
-            "test": request.node.name,
-            "measure": measure,
-            "seconds": round(seconds, 3),
-            "at": time.time(),
-        }
-        with FIGURES.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        _keep({"test": request.node.name, "measure": measure, "seconds": round(seconds, 3)})
 
     return record
+
+
+@pytest.fixture
+def accounts(request: pytest.FixtureRequest) -> Callable[[str, Tally, int], None]:
+    """`record(fault, tally, problems)`: what became of this run's submissions, and how many problems
+    the ledger found, for the table (kept before the test asserts, so a failed run shows too)."""
+
+    def record(fault: str, tally: Tally, problems: int) -> None:
+        _keep({"test": request.node.name, "fault": fault, **dataclasses.asdict(tally), "problems": problems})
+
+    return record
+
+
+def _keep(line: dict[str, object]) -> None:
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    with FIGURES.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**line, "at": time.time()}) + "\n")

@@ -14,7 +14,7 @@ import pytest
 
 from hai_airflow.spec import TERMINAL_STATES, CpuJobSpec
 from tests.cli.test_live import wait_for
-from tests.faults.load import Submitter, all_ended
+from tests.faults.load import Submitter, Tally, all_ended, tally
 from tests.faults.test_partition import controls, until
 from tests.support.clock_shift import ClockShift, unavailable_reason
 from tests.support.live_server import TEST_CONFIG, TOKENS, start_server
@@ -26,7 +26,10 @@ STEPS = (300.0, -300.0, -300.0)
 
 
 def test_a_five_minute_clock_step_either_way_changes_nothing(
-    database: OwnPostgres, tmp_path: Path, figures: Callable[[str, float], None]
+    database: OwnPostgres,
+    tmp_path: Path,
+    figures: Callable[[str, float], None],
+    accounts: Callable[[str, Tally, int], None],
 ) -> None:
     why = unavailable_reason()
     if why is not None:
@@ -68,8 +71,10 @@ def test_a_five_minute_clock_step_either_way_changes_nothing(
             assert wait_for(a, limited.id, TERMINAL_STATES, timeout=60).state == "SUCCEEDED"
             jobs = all_ended(alice)
             assert {j.state for j in jobs} == {"SUCCEEDED"}, [(j.id, j.state, j.reason) for j in jobs]
-            answered = {k: ids for k, ids in submitter.answers.items() if ids}
-            assert len(answered) >= 5 and all(len(ids) == 1 for ids in answered.values())
+            problems = a.client(TOKENS["admin"]).check_store().problems
+            counted = tally(submitter, [j for j in jobs if str(j.task_name).startswith("clock-")])
+            accounts("clock stepped 5 minutes either way", counted, len(problems))
+            assert counted.submitted >= 5 and counted.lost == counted.duplicated == counted.refused == 0
             assert "the wall clock stepped by +300.0 s" in a.log_text()
             assert "holds the lease" not in b.log_text()
-            assert a.client(TOKENS["admin"]).check_store().problems == []
+            assert problems == []
