@@ -96,20 +96,7 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            try:
-                self.step()
-            except lease.LeaseLost:
-                log.warning("controller lease taken over by another server; standing by")
-                self.active = False
-            except STORE_UNAVAILABLE as e:
-                self._outage.failed(e)
-                self.keeper.forget()
-            except Exception:
-                log.exception("controller step failed; retrying")
-                self.keeper.forget()
-            else:
-                if self._outage.since is not None:
-                    self._probe_store()
+            self.attempt()
             if not self.active:
                 # A standby only looks whether the lease is free: wake-ups (its own API's, and every
                 # other server's through the channel) are for the holder.
@@ -119,6 +106,25 @@ class Controller:
             if self._woken:  # a wake-up waits for the settle time of the last cycle
                 wait = min(wait, max(self._settled_at - clock.now(), 0.02))
             self._woken = self.ctx.wakeup.wait(wait) or self._woken
+
+    def attempt(self) -> None:
+        """One step, whatever happens: a lost lease stands this controller by, a store outage is
+        waited out, any other failure is logged; after a failure the next read of the store is whole
+        (the failed transaction may have expired kept rows)."""
+        try:
+            self.step()
+        except lease.LeaseLost:
+            log.warning("controller lease taken over by another server; standing by")
+            self.active = False
+        except STORE_UNAVAILABLE as e:
+            self._outage.failed(e)
+            self.keeper.forget()
+        except Exception:
+            log.exception("controller step failed; retrying")
+            self.keeper.forget()
+        else:
+            if self._outage.since is not None:
+                self._probe_store()
 
     def _probe_store(self) -> None:
         """After an outage, whether the store answers again (a step may not have asked it anything)."""

@@ -541,3 +541,26 @@ def test_an_instance_started_but_never_recorded_is_killed_before_its_job_is_requ
     assert instances(run, job["id"])[0]["end_reason"] == "lost"
     back = run.until_state(job["id"], "RUNNING")
     assert back["instances"] == 2
+
+
+def test_after_a_failed_step_the_store_is_read_whole_and_scheduling_goes_on(
+    run: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller = run.controller
+    assert controller is not None
+    first = run.submit("alice", cmd="true")
+    run.until_state(first["id"], "SUCCEEDED")
+    kept = controller.keeper.follower.kept
+    assert kept is not None
+
+    def fails() -> list[object]:
+        raise RuntimeError("a fault of this step's own")
+
+    monkeypatch.setattr(controller.backend, "poll", fails)
+    controller.attempt()  # logged, not raised
+    assert controller.keeper.follower.kept is None  # its rows may be expired: not kept
+    monkeypatch.undo()
+    second = run.submit("alice", cmd="true")
+    run.step()
+    assert controller.keeper.follower.kept is not None and controller.keeper.follower.kept is not kept
+    run.until_state(second["id"], "SUCCEEDED")
