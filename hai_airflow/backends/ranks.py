@@ -24,11 +24,15 @@ if a rank saved on notice, else 0. Worker 0 keeps its store until every worker h
 from __future__ import annotations
 
 import contextlib
+import errno
+import functools
 import http.client
 import ipaddress
 import os
 import select
 import signal
+import socket
+import struct
 import sys
 import threading
 import time
@@ -109,7 +113,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._answer(200)
 
     def do_DELETE(self) -> None:
-        """A rank finished with a scope; once all of its members have, the scope's keys go."""
+        """A rank finished with a scope; once all of its members have, the scope's keys go, and its
+        next use (`hvd.shutdown(); hvd.init()`) counts its members afresh, as Horovod's own server does."""
         key = self._key()
         if key is None:
             return
@@ -121,6 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
             if expected is None or len(done) >= expected:
                 for k in [k for k in self.server.values if k[0] == scope]:
                     del self.server.values[k]
+                del self.server.finished[scope]
         self._answer(200)
 
     def log_message(self, format: str, *args: object) -> None:
@@ -129,7 +135,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _same_user(peer: tuple[str, int], local: tuple[str, int]) -> bool:
     """Whether the peer may use the store: its socket is this user's, or it lives in another network
-    namespace (another container or pod of the instance, which /proc/net here does not list).
+    namespace (another container or pod of the instance, which this namespace's tables do not list).
 
     The peer's socket is the one whose own address is the peer's and whose remote end is this very
     connection's (the whole four-tuple: a port the peer freed and another process reused to reach
@@ -137,8 +143,78 @@ def _same_user(peer: tuple[str, int], local: tuple[str, int]) -> bool:
     reached at) must be found, and found to be this user's: a socket that is gone already (a request
     sent, then reset) is refused, never taken for a stranger's namespace. On the local backend every job
     of the machine is listed, and jobs run as their owners' accounts (`run_as`) cannot read each other's
-    store.
+    store. Horovod opens a connection per request, so this runs for each one.
     """
+    try:
+        owner = _owner_by_diag(peer, local) if _diag_works() else _owner_by_proc(peer, local)
+    except OSError:  # a netlink socket refused for the moment (no file descriptor left): the slow way
+        owner = _owner_by_proc(peer, local)
+    if owner is None:
+        return not _on_this_machine(peer[0], local[0])
+    return owner == os.getuid()
+
+
+GONE = -1
+"""The owner of a socket with the peer's four-tuple that no process holds any more (closed, reset, or
+in TIME_WAIT): never this user."""
+NETLINK_SOCK_DIAG = 4
+SOCK_DIAG_BY_FAMILY = 20
+NLM_F_REQUEST = 1
+NLMSG_ERROR = 2
+TCP_LISTEN = 10
+NO_COOKIE = 0xFFFFFFFF
+
+
+def _owner_by_diag(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """The uid holding the peer's socket, GONE, or None where this namespace has no such socket.
+
+    One sock_diag query asks the kernel for the socket by its exact four-tuple (what `ss` does): a
+    hash lookup, where reading /proc/net/tcp walks every bucket of the table (milliseconds a read, and
+    Horovod polls every 10 ms per rank). OSError where the kernel does not answer.
+    """
+    family = socket.AF_INET6 if ":" in peer[0] else socket.AF_INET
+
+    def raw(host: str) -> bytes:
+        return socket.inet_pton(family, host).ljust(16, b"\0")
+
+    request = struct.pack("=BBBBI", family, socket.IPPROTO_TCP, 0, 0, 0xFFFFFFFF)
+    request += struct.pack("!HH16s16s", peer[1], local[1], raw(peer[0]), raw(local[0]))
+    request += struct.pack("=III", 0, NO_COOKIE, NO_COOKIE)
+    header = struct.pack("=IHHII", 16 + len(request), SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST, 1, 0)
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_SOCK_DIAG) as diag:
+        diag.settimeout(5)
+        diag.send(header + request)
+        answer = diag.recv(8192)
+    if struct.unpack_from("=H", answer, 4)[0] == NLMSG_ERROR:
+        error = -struct.unpack_from("=i", answer, 16)[0]
+        if error == errno.ENOENT:
+            return None
+        raise OSError(error, os.strerror(error))
+    # struct inet_diag_msg after the 16-byte header: family, state, timer, retrans, the socket's id
+    # (ports, addresses, interface, cookie: 48 bytes), expires, queues, then uid and inode.
+    state, ports = answer[17], struct.unpack_from("!HH", answer, 20)
+    uid, inode = struct.unpack_from("=II", answer, 80)
+    if state == TCP_LISTEN or ports != (peer[1], local[1]):
+        return None  # a listener on the peer's port is not the peer's connection
+    return GONE if inode == 0 else int(uid)
+
+
+@functools.lru_cache(maxsize=None)  # noqa: UP033 (functools.cache is new in 3.9; images may be older)
+def _diag_works() -> bool:
+    """Whether this kernel answers sock_diag lookups (no tcp_diag, or a sandbox, reads as "no such
+    socket"): a connection of this very process must be found, and found to be its own."""
+    try:
+        with socket.socket() as server:
+            server.bind(("127.0.0.1", 0))
+            server.listen(1)
+            with socket.create_connection(server.getsockname(), timeout=5) as client:
+                return _owner_by_diag(client.getsockname(), server.getsockname()) == os.getuid()
+    except OSError:
+        return False
+
+
+def _owner_by_proc(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
+    """What `_owner_by_diag` finds, read from /proc/net/tcp{,6} where the kernel answers no sock_diag."""
     found = False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -153,8 +229,8 @@ def _same_user(peer: tuple[str, int], local: tuple[str, int]) -> bool:
                 # inode 0: no process holds this socket any more (closed, reset, or an earlier
                 # connection from the same port in TIME_WAIT), and its uid reads 0: look on for the live one
                 if fields[9] != "0":
-                    return int(fields[7]) == os.getuid()
-    return not found and not _on_this_machine(peer[0], local[0])
+                    return int(fields[7])
+    return GONE if found else None
 
 
 def _on_this_machine(host: str, local_host: str) -> bool:
@@ -181,6 +257,7 @@ def serve(address: str, size: int, local_size: int, cross_size: int) -> _Store:
     host, _, port = address.rpartition(":")
     # Scopes are "global", "local_<host>" and "cross_<local rank>" (Horovod's gloo context).
     store = _Store((host, int(port)), {"global": size, "local": local_size, "cross": cross_size})
+    _diag_works()  # decided once, before the first rank asks
     threading.Thread(target=store.serve_forever, name="rendezvous", daemon=True).start()
     return store
 

@@ -7,7 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,8 +15,14 @@ from hai_airflow.backends import ranks
 from hai_airflow.backends.workerenv import free_port
 
 
-@pytest.fixture
-def store() -> Iterator[tuple[str, int]]:
+@pytest.fixture(params=["sock_diag", "/proc/net/tcp"])
+def store(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, int]]:
+    """The store in this process, its peer check asking the kernel by sock_diag where it answers, and
+    reading /proc/net/tcp where it does not: both must refuse the same peers."""
+    if request.param == "sock_diag" and not ranks._diag_works():
+        pytest.skip("this kernel answers no sock_diag lookups")
+    if request.param != "sock_diag":
+        monkeypatch.setattr(ranks, "_diag_works", lambda: False)
     port = free_port()
     server = ranks.serve(f"127.0.0.1:{port}", size=4, local_size=2, cross_size=2)
     try:
@@ -51,6 +57,16 @@ def test_a_scope_is_cleared_once_every_member_is_done_with_it(store: tuple[str, 
     call(store, "DELETE", "/local_worker-1/1")
     assert call(store, "GET", "/local_worker-1/0")[0] == 404
     assert call(store, "GET", "/global/0") == (200, b"g"), "the global scope has 4 members"
+
+
+def test_a_scope_used_again_counts_its_members_afresh(store: tuple[str, int]) -> None:
+    """`hvd.shutdown(); hvd.init()` meets in the same scopes: once both local ranks were done with one,
+    the first rank done with its next use must not clear what the other has yet to read."""
+    for member in ("0", "1"):
+        call(store, "DELETE", f"/local_worker-0/{member}")
+    call(store, "PUT", "/local_worker-0/rank_1", b"again")
+    call(store, "DELETE", "/local_worker-0/0")
+    assert call(store, "GET", "/local_worker-0/rank_1") == (200, b"again")
 
 
 def test_a_path_that_is_not_scope_and_key_is_refused(store: tuple[str, int]) -> None:
@@ -121,3 +137,31 @@ def test_a_port_reused_by_this_user_to_reach_elsewhere_is_not_the_peer() -> None
         assert not ranks._same_user(("127.0.0.1", port), store)
         # the very connection (its remote end is the server's address) is this user's
         assert ranks._same_user(("127.0.0.1", port), elsewhere.getsockname())
+
+
+def lookups() -> list[object]:
+    return [
+        pytest.param(ranks._owner_by_diag, id="sock_diag",
+                     marks=pytest.mark.skipif(not ranks._diag_works(), reason="no sock_diag here")),
+        pytest.param(ranks._owner_by_proc, id="/proc/net/tcp"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("owner", lookups())
+def test_the_peer_socket_is_found_by_its_whole_four_tuple(owner: Callable[..., int | None]) -> None:
+    """What the store learns of a peer, by either lookup: the live connection's owner, nothing for a
+    port no connection to the store holds (free, or reused to reach elsewhere), GONE for a closed one."""
+    with (
+        socket.create_server(("127.0.0.1", 0)) as server,
+        socket.create_server(("127.0.0.1", 0)) as elsewhere,
+    ):
+        store = server.getsockname()
+        with socket.create_connection(store) as live, server.accept()[0]:
+            assert owner(live.getsockname(), store) == os.getuid()
+        assert owner(("127.0.0.1", free_port()), store) is None
+        with socket.create_connection(elsewhere.getsockname()) as reused:
+            assert owner(reused.getsockname(), store) is None
+        with socket.create_connection(store) as closed, server.accept()[0]:
+            peer = closed.getsockname()
+            closed.close()  # the peer hangs up first; its end lingers with no process holding it
+            assert owner(peer, store) == ranks.GONE
