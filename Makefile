@@ -35,6 +35,7 @@ bench: install
 	$(PY) benchmarks/decisions.py --check --large
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/forecast_bench.py
+	$(PY) benchmarks/forecast_accuracy.py
 	$(PY) benchmarks/cycle_bench.py
 	$(PY) benchmarks/server_bench.py
 	$(PY) benchmarks/standby_bench.py

@@ -31,11 +31,14 @@ from hai_airflow.sim import (
     DEFAULT_CHECKPOINT_INTERVAL,
     SimSummary,
     SimulationError,
+    Trace,
     TraceError,
     load_trace,
     simulate,
     summarize,
 )
+from hai_airflow.sim.accuracy import ForecastAccuracy, accuracy_table
+from hai_airflow.sim.sampler import DEFAULT_EVERY_SECONDS, DEFAULT_TIME_LIMIT_SECONDS, replay_with_forecasts
 
 
 def _seconds(value: float | None) -> str | None:
@@ -75,6 +78,19 @@ COLUMNS: tuple[Column, ...] = (
     Column("planner time/cycle max", lambda s: _ms(s.planner_ms_max), "right"),
     Column("wall time", lambda s: f"{s.wall_s:.2f} s", "right"),
     Column("simulated jobs/wall-s", lambda s: f"{s.jobs_per_wall_s:,.0f}", "right"),
+)
+
+
+ACCURACY_COLUMNS: tuple[Column, ...] = (
+    Column("priority", lambda a: a.priority),
+    Column("method", lambda a: a.method),
+    Column("forecasts", lambda a: a.forecasts, "right"),
+    Column("gave a start", lambda a: _share(a.predicted), "right"),
+    Column("median |error|", lambda a: _seconds(a.median_abs_error_s), "right"),
+    Column("within ±25% of wait", lambda a: _share(a.within_25pct), "right"),
+    Column("waits < 1h", lambda a: a.short_waits, "right"),
+    Column("of those within ±10 min", lambda a: _share(a.short_within_10min), "right"),
+    Column("started later than forecast", lambda a: _share(a.started_later), "right"),
 )
 
 
@@ -195,6 +211,28 @@ def sim(
             "time (exact). A few seconds to a minute makes long traces much faster to replay.",
         ),
     ] = 0.0,
+    forecast: Annotated[
+        bool,
+        typer.Option(
+            "--forecast",
+            help="Measure start forecasts instead: every --forecast-every simulated seconds, forecast "
+            "each queued job's first start as the server does, beside the slurm-style baseline (every "
+            "job runs to its time limit) and no estimate; report the errors per priority class. JOBS.csv "
+            "may add columns time_limit (seconds) and task_name.",
+        ),
+    ] = False,
+    forecast_every: Annotated[
+        float,
+        typer.Option("--forecast-every", min=1, help="Simulated seconds between forecasts of the queue."),
+    ] = DEFAULT_EVERY_SECONDS,
+    default_time_limit: Annotated[
+        float,
+        typer.Option(
+            "--default-time-limit",
+            min=1,
+            help="Seconds the slurm-style baseline gives a job whose trace row has no time_limit.",
+        ),
+    ] = DEFAULT_TIME_LIMIT_SECONDS,
     compare: Annotated[
         str | None,
         typer.Option(
@@ -209,10 +247,18 @@ def sim(
 ) -> None:
     """Replay a job trace through the scheduler on a virtual clock and report what happened."""
     names = _policies(policy, compare)
+    if forecast and compare is not None:
+        usage_error("--forecast measures one policy. Drop --compare, or give --policy")
     try:
         trace = load_trace(nodes, jobs, config)
     except TraceError as error:
         usage_error(f"{error}. Fix the file and run again")
+    if forecast:
+        options = {"checkpoint_interval": checkpoint_interval, "suspend_delay": suspend_delay,
+                   "cycle_interval": cycle_interval, "every": forecast_every,
+                   "default_limit": default_time_limit}
+        _forecast_accuracy(trace, names[0], options, out)
+        return
     summaries: list[SimSummary] = []
     with progress_bars(names, len(trace.jobs), out) as bars:
         for name in names:
@@ -232,3 +278,24 @@ def sim(
         emit(summaries, COLUMNS, out=out, name=lambda s: s.policy)
     else:
         _side_by_side(summaries, headers=not out.no_headers)
+
+
+def _forecast_accuracy(trace: Trace, policy: str, options: dict[str, float], out: OutputFlags) -> None:
+    """Replay with forecasts and print the accuracy table (one line per class and method)."""
+    with progress_bars([policy], len(trace.jobs), out) as bars:
+        try:
+            measured = replay_with_forecasts(
+                trace, policy, options["every"], options["default_limit"],
+                checkpoint_interval=options["checkpoint_interval"], suspend_delay=options["suspend_delay"],
+                cycle_interval=options["cycle_interval"], progress=bars.get(policy),
+            )
+        except SimulationError as error:
+            fail(f"the simulation under policy {policy!r} stopped: {error}. Report this as a planner bug", 1)
+    rows: list[ForecastAccuracy] = accuracy_table(measured.forecasts)
+    title = (f"hai sim --forecast: {len(trace.jobs)} jobs, policy {policy}, a forecast every "
+             f"{duration(options['every'])}; slurm-style limit where none given: "
+             f"{duration(options['default_limit'])}")
+    emit(rows, ACCURACY_COLUMNS, out=out, title=title, name=lambda a: f"{a.priority}/{a.method}")
+    if measured.incomplete and not out.is_data:
+        print(f"note: {measured.incomplete} of {measured.forward_runs} forward runs ran out of their time "
+              "budget; their jobs count as given no start", file=sys.stderr)

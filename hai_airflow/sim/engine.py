@@ -18,6 +18,7 @@ from hai_airflow.scheduling.model import (
     Reject,
     Reservation,
     Reserve,
+    Snapshot,
     Suspend,
 )
 from hai_airflow.scheduling.state import ClusterState
@@ -52,6 +53,9 @@ class JobOutcome:
     lost_gpu_seconds: float = 0.0
     gpu_seconds: float = 0.0
     """GPU-seconds allocated to the job, lost work included."""
+    run_seconds: float = 0.0
+    """Seconds the job held its placement over its ended runs, lost work included (what a server's
+    history records as its runtime)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,8 @@ class Simulator:
     :param cycle_interval: seconds between planner cycles; 0 = at every event time.
     :param progress: called after each event time with the simulated time and the jobs finished so far.
     :param observe: called with each cycle's time and decisions (before they are applied).
+    :param before: called with each event time before its events are applied: the state seen then
+        (`snapshot`, `seconds_run`) is the one the previous cycle left, unchanged since.
     """
 
     def __init__(
@@ -109,6 +115,7 @@ class Simulator:
         cycle_interval: float = 0.0,
         progress: Callable[[float, int], None] | None = None,
         observe: Callable[[float, Sequence[Decision]], None] | None = None,
+        before: Callable[[float], None] | None = None,
     ):
         if min(checkpoint_interval, suspend_delay, cycle_interval) < 0:
             raise ValueError("checkpoint_interval, suspend_delay and cycle_interval must be >= 0")
@@ -119,6 +126,7 @@ class Simulator:
         self.cycle_interval = cycle_interval
         self.progress = progress
         self.observe = observe
+        self.before = before
         self._finished = 0
         self._next_tick: float | None = None
         self._nodes = {n.name: n for n in trace.nodes}
@@ -146,6 +154,8 @@ class Simulator:
         settle_at, settle_count = -1.0, 0
         while self._events:
             now = self._events[0][0]
+            if self.before is not None:
+                self.before(now)
             ticked = False
             while self._events and self._events[0][0] == now:
                 _, _, kind, job_id, generation = heapq.heappop(self._events)
@@ -177,6 +187,23 @@ class Simulator:
             cycle_seconds=tuple(self._cycles),
             wall_seconds=time.perf_counter() - started,
         )
+
+    # ---- what an observer may read ----------------------------------------------------------
+
+    @property
+    def outcomes(self) -> Sequence[JobOutcome]:
+        """Every submitted job's outcome so far, in submit order (appended to, never reordered)."""
+        return self._outcomes
+
+    def snapshot(self) -> Snapshot:
+        """The planner's view of the cluster as it stands."""
+        return self._state.snapshot()
+
+    def seconds_run(self, job_id: int, now: float) -> float:
+        """Seconds an unfinished job has held a placement over all its runs, the current one included."""
+        live = self._live[job_id]
+        holding = live.state in (JobState.RUNNING, JobState.SUSPENDING)
+        return live.out.run_seconds + (now - live.run_started_at if holding else 0.0)
 
     def _schedule_tick(self, now: float) -> None:
         """Plan at the first timer tick at or after `now`, once however many events led up to it."""
@@ -344,6 +371,7 @@ class Simulator:
         for worker in live.placement:
             self._free[worker.node].update(worker.gpus)
         live.out.gpu_seconds += (now - live.run_started_at) * live.out.job.total_gpus
+        live.out.run_seconds += now - live.run_started_at
         live.placement = ()
 
     def _forget(self, job_id: int) -> None:

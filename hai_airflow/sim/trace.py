@@ -30,6 +30,9 @@ JOB_COLUMNS = (
     "memory_gb",
 )
 OPTIONAL_JOB_COLUMNS = ("elastic",)
+ESTIMATE_COLUMNS = ("time_limit", "task_name")
+"""Optional columns a runtime estimate reads (`hai sim --forecast`): the job's time limit in seconds and
+its task name (history is kept per user and task name); empty = none."""
 DEFAULT_GROUP = "default"
 """Group (and user) of a job whose trace row leaves them empty: no quota limit unless configured."""
 
@@ -64,6 +67,9 @@ class TraceJob:
     cpus: float = 0
     memory_gb: float = 0
     elastic: bool = False
+    time_limit: float | None = None
+    """Seconds the job may run at most (`--time-limit`); never below `duration`."""
+    task_name: str = ""
 
     @property
     def total_gpus(self) -> int:
@@ -161,6 +167,16 @@ def _max_schedule(raw: str) -> int:
     return value
 
 
+def _limit(raw: str) -> float | None:
+    """A time limit in seconds; empty means none."""
+    if not raw:
+        return None
+    value = _seconds(raw)
+    if value <= 0:
+        raise ValueError(raw)
+    return value
+
+
 def _flag(raw: str) -> bool:
     lowered = raw.lower()
     if lowered in ("", "0", "false", "no"):
@@ -202,7 +218,7 @@ def _job(path: Path, line: int, row: dict[str, str]) -> TraceJob:
     def get(column: str, parse: Callable[[str], T], expect: str) -> T:
         return _field(path, line, column, row[column], parse, expect)
 
-    return TraceJob(
+    job = TraceJob(
         id=get("job_id", _int_at_least(0), "a non-negative integer"),
         submit_time=get("submit_time", _seconds, "a non-negative number of seconds"),
         duration=get("duration", _seconds, "a non-negative number of seconds"),
@@ -217,14 +233,22 @@ def _job(path: Path, line: int, row: dict[str, str]) -> TraceJob:
         cpus=get("cpus", _amount, "a non-negative number (or empty)"),
         memory_gb=get("memory_gb", _amount, "a non-negative number (or empty)"),
         elastic=get("elastic", _flag, "true or false") if "elastic" in row else False,
+        time_limit=get("time_limit", _limit, "a positive number of seconds (or empty)") if "time_limit" in row
+        else None,
+        task_name=row.get("task_name", ""),
     )
+    if job.time_limit is not None and job.time_limit < job.duration:
+        problem = f"{job.time_limit:g} s is below the duration {job.duration:g} s"
+        raise TraceError(path, line, "time_limit", problem,
+                         "A job runs its whole duration here: give a limit at least as long")
+    return job
 
 
 def load_jobs(path: Path) -> tuple[TraceJob, ...]:
     """Parse JOBS.csv; the result is in submit order (ties by job id)."""
     jobs: list[TraceJob] = []
     seen: set[int] = set()
-    for line, row in _rows(path, JOB_COLUMNS, OPTIONAL_JOB_COLUMNS):
+    for line, row in _rows(path, JOB_COLUMNS, OPTIONAL_JOB_COLUMNS + ESTIMATE_COLUMNS):
         job = _job(path, line, row)
         if job.id in seen:
             raise TraceError(path, line, "job_id", f"job {job.id} appears twice")

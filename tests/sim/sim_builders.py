@@ -45,6 +45,10 @@ class JobBuilder:
         """CPUs and memory per worker."""
         return JobBuilder(replace(self.spec, cpus=cpus, memory_gb=memory_gb))
 
+    def limit(self, seconds: float) -> JobBuilder:
+        """The job's time limit (what a slurm-style estimate and a `limit` runtime estimate read)."""
+        return JobBuilder(replace(self.spec, time_limit=seconds))
+
     def of(self, user: str, group: str) -> JobBuilder:
         return JobBuilder(replace(self.spec, user=user, group=group))
 

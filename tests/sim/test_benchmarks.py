@@ -96,3 +96,51 @@ def test_cycle_bench_times_the_controller_cycle_on_a_full_cluster(benchmarks_on_
     assert 60 <= int(found[1]) < 124
     assert "idle planned anyway median" in out and "after 16 submits + 1 exit median" in out and "RSS" in out
     assert "after 16 submits that wait anyway median" in out
+
+
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+)
+PODS = [
+    "pod-a,8000,16384,1,500,,LS,Succeeded,100,4000,200",  # kept: a shared GPU becomes a whole one, high
+    "pod-b,4000,8192,2,1000,,BE,Failed,300,1300,300",  # kept: low
+    "pod-c,4000,8192,0,0,,BE,Succeeded,300,900,300",  # no GPU
+    "pod-d,4000,8192,1,1000,,LS,Pending,400,,",  # never scheduled
+    "pod-e,4000,8192,1,1000,,BE,Succeeded,500,200000,500",  # ran longer than --max-runtime
+    "pod-f,4000,8192,1,1000,,LS,Running,600,300000,700",  # still running when the trace ended
+]
+
+
+def test_alibaba_pods_become_a_trace(benchmarks_on_path, tmp_path):
+    import alibaba_trace
+
+    source = tmp_path / "pods.csv"
+    source.write_text("\n".join([POD_HEADER, *PODS]) + "\n")
+
+    nodes, jobs, load = alibaba_trace.write_trace(
+        source, tmp_path / "out", alibaba_trace.Conversion(nodes=2, compress=2, max_runtime=86_400)
+    )
+
+    from hai_airflow.sim import load_trace
+
+    trace = load_trace(nodes, jobs)
+    assert [(n.gpus, n.gpu_type) for n in trace.nodes] == [(8, "G2"), (8, "G2")]
+    assert [(j.submit_time, j.duration, j.gpus_per_worker, j.max_schedule) for j in trace.jobs] == [
+        (0.0, 3800.0, 1, 4), (100.0, 1000.0, 2, 0),
+    ]
+    assert (trace.jobs[0].cpus, trace.jobs[0].memory_gb) == (8.0, 16.0)
+    assert load == pytest.approx((3800 + 2 * 1000) / (16 * 100))
+
+
+def test_forecast_accuracy_prints_both_tables(benchmarks_on_path, tmp_path, capsys):
+    import forecast_accuracy
+
+    source = tmp_path / "pods.csv"
+    source.write_text("\n".join([POD_HEADER, *PODS]) + "\n")
+
+    forecast_accuracy.main(["--jobs", "40", "--nodes", "2", "--runs", "2", "--alibaba", str(source)])
+
+    out = capsys.readouterr().out
+    assert "synthetic (gen_trace.py seed 1" in out and "alibaba cluster-trace-gpu-v2023" in out
+    assert out.count("the figures are the same in every run (deterministic)") == 2
+    assert out.count("| low | slurm-style |") == 2 and out.count("| high | unknown |") == 2
