@@ -19,6 +19,7 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.models.containers import Container
 from docker.types import DeviceRequest
+from requests.exceptions import ConnectionError as RequestsConnectionError
 
 from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends import procs
@@ -44,6 +45,14 @@ CLONE_REASON_CHARS = 1000
 """The longest git message an end reason quotes."""
 REAP_SECONDS = 1.0
 """How long `poll` waits for a clone it has just killed to be gone."""
+ENGINE_WAIT_SECONDS = 2.0
+"""How long `poll` waits for an engine that does not answer (dockerd restarting) before it raises
+`EngineUnreachable`."""
+
+
+class EngineUnreachable(RuntimeError):
+    """The Docker engine does not answer: the controller must neither plan nor start now (a start would
+    fail its job), only wait; with live-restore the containers run on and their exits are read later."""
 
 
 @dataclass
@@ -151,6 +160,13 @@ class DockerBackend(ServedLogs):
                 f"cannot reach the Docker engine ({self.options.docker_host or 'DOCKER_HOST'}): {e}. "
                 "Start dockerd or set [backend] docker_host."
             ) from e
+        if not info.get("LiveRestoreEnabled"):
+            log.warning(
+                "the Docker engine on %s runs without live-restore: restarting dockerd kills the "
+                'containers of every running job, which then fail; set "live-restore": true in its '
+                "daemon.json",
+                self.host,
+            )
         if self.options.run_as is None and os.geteuid() == 0:
             log.warning(
                 "docker jobs run as root (uid 0, without capabilities) and may leave root-owned, setuid "
@@ -321,13 +337,14 @@ class DockerBackend(ServedLogs):
     # ---- exits ------------------------------------------------------------------------------------
 
     def poll(self) -> list[Exit]:
+        """Instances whose containers (or clone) ended; `EngineUnreachable` while the engine is away."""
         with self._lock:
             cloning = [i for i in self._instances.values() if i.clone is not None]
             running = [i for i in self._instances.values() if i.clone is None]
+        # Asked first, even with nothing running: while the engine does not answer nothing goes on.
+        states = self._states()
         exits = [ended for inst in cloning if (ended := self._advance_clone(inst)) is not None]
-        if running:
-            states = self._states()
-            exits += [ended for inst in running if (ended := self._check(inst, states)) is not None]
+        exits += [ended for inst in running if (ended := self._check(inst, states)) is not None]
         return exits
 
     def _advance_clone(self, inst: _Instance) -> Exit | None:
@@ -391,9 +408,20 @@ class DockerBackend(ServedLogs):
 
     def _states(self) -> dict[str, str]:
         """Container name -> state ("running", "exited", ...) of every container this server owns."""
-        listed = self.client.containers.list(
-            all=True, sparse=True, filters={"label": f"{cfg.LABEL_OWNER}={self.options.owner}"}
-        )
+        waited_until = time.monotonic() + ENGINE_WAIT_SECONDS
+        while True:
+            try:
+                listed = self.client.containers.list(
+                    all=True, sparse=True, filters={"label": f"{cfg.LABEL_OWNER}={self.options.owner}"}
+                )
+                break
+            except RequestsConnectionError as e:
+                if time.monotonic() > waited_until:
+                    raise EngineUnreachable(
+                        f"the Docker engine on {self.options.docker_host or self.host} does not answer "
+                        f"({e}); nothing starts and no exit is recorded until it does"
+                    ) from None
+                time.sleep(0.1)
         return {c.attrs["Names"][0].lstrip("/"): c.attrs.get("State", "") for c in listed}
 
     def _check(self, inst: _Instance, states: Mapping[str, str]) -> Exit | None:

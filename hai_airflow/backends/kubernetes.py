@@ -49,6 +49,14 @@ EXEC_KILL_SECONDS = 10.0
 log = logging.getLogger(__name__)
 WATCH_SECONDS = 20
 """A watch request ends after this long and is renewed from the last resourceVersion (bounds close())."""
+API_WAIT_SECONDS = 2.0
+"""How long `poll` waits for an API server the watch cannot reach before it raises `ApiUnreachable`
+(longer than the watch's one second between tries, so a cut stream alone never raises)."""
+
+
+class ApiUnreachable(RuntimeError):
+    """The pod watch cannot reach the API server: the controller must neither plan nor start now (a
+    start would fail its job), only wait; exits that happened meanwhile are read once it answers."""
 
 
 @dataclass
@@ -140,6 +148,12 @@ class KubernetesBackend(ServedLogs):
         self._ended_logs: dict[int, Path] = {}
         self._closing = threading.Event()
         self._resource_version: str | None = None
+        self._answering = threading.Event()
+        """Set while the watch reaches the API server (cleared when a request fails to, set again by
+        the list that follows)."""
+        self._answering.set()
+        self._unreachable = ""
+        """Why the watch last failed to reach the API server."""
         self._watcher: threading.Thread | None = None
         self._watch_stream: watch.Watch | None = None
 
@@ -343,6 +357,7 @@ class KubernetesBackend(ServedLogs):
             for state in self._pods.values():
                 self._remember(state)
             self._resource_version = listed.metadata.resource_version
+        self._answering.set()
 
     def _watch(self) -> None:
         while not self._closing.is_set():
@@ -371,6 +386,11 @@ class KubernetesBackend(ServedLogs):
                 if self._closing.is_set():
                     return
                 log.warning("pod watch interrupted (%s); retrying", e)
+                # The API server may be gone (restarting): list again first, which shows it is back
+                # and what changed while it was away.
+                self._unreachable = str(e)
+                self._answering.clear()
+                self._resource_version = None
                 self._closing.wait(1)
 
     def _on_event(self, kind: str, pod: Any) -> None:
@@ -397,6 +417,12 @@ class KubernetesBackend(ServedLogs):
     # ---- exits ------------------------------------------------------------------------------------
 
     def poll(self) -> list[Exit]:
+        """Instances whose pods ended; `ApiUnreachable` while the API server does not answer."""
+        if not self._answering.wait(API_WAIT_SECONDS):
+            raise ApiUnreachable(
+                f"the Kubernetes API server does not answer ({self._unreachable}); nothing starts and "
+                "no exit is recorded until it does"
+            )
         with self._lock:
             tracked = list(self._instances.values())
         exits = []

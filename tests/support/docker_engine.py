@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -49,6 +51,23 @@ def _ping(url: str) -> bool:
         return False
 
 
+def start_private(directory: Path, env: dict[str, str] | None = None) -> str:
+    """Start a private dockerd with its state under `directory` (.ci/docker.sh); its URL. The tier is
+    skipped, saying why, when dockerd is not installed or does not start."""
+    if shutil.which("dockerd") is None:
+        reason = "docker tier skipped: dockerd is not installed; run .ci/docker.sh install"
+        print(f"\n{reason}", file=sys.stderr)
+        pytest.skip(reason)
+    done = subprocess.run(
+        [str(DOCKER_SH), "start", str(directory)], capture_output=True, text=True, timeout=60, env=env
+    )
+    if done.returncode != 0:
+        reason = f"docker tier skipped: dockerd did not start: {done.stderr.strip()[-500:]}"
+        print(f"\n{reason}", file=sys.stderr)
+        pytest.skip(reason)
+    return done.stdout.strip()
+
+
 @pytest.fixture(scope="session")
 def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     """The engine of DOCKER_HOST if it answers, else a private dockerd started for this session."""
@@ -56,19 +75,8 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     url = os.environ.get("DOCKER_HOST", "")
     started: Path | None = None
     if not (url and _ping(url)):
-        if shutil.which("dockerd") is None:
-            reason = "docker tier skipped: dockerd is not installed; run .ci/docker.sh install"
-            print(f"\n{reason}", file=sys.stderr)
-            pytest.skip(reason)
         started = tmp_path_factory.mktemp("dockerd")
-        done = subprocess.run(
-            [str(DOCKER_SH), "start", str(started)], capture_output=True, text=True, timeout=60
-        )
-        if done.returncode != 0:
-            reason = f"docker tier skipped: dockerd did not start: {done.stderr.strip()[-500:]}"
-            print(f"\n{reason}", file=sys.stderr)
-            pytest.skip(reason)
-        url = done.stdout.strip()
+        url = start_private(started)
     client = docker.DockerClient(base_url=url, timeout=120)
     try:
         yield Engine(url, client)
@@ -76,6 +84,72 @@ def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
         client.close()
         if started is not None:
             subprocess.run([str(DOCKER_SH), "stop", str(started)], check=False, timeout=60)
+
+
+class OwnEngine:
+    """A dockerd of one test's own, never the machine's nor the session's, to stop and start again under
+    running containers. With `live_restore` it runs with `--live-restore` (a `dockerd` first on PATH adds
+    the option: .ci/docker.sh takes none), so its containers outlive the daemon."""
+
+    def __init__(self, directory: Path, live_restore: bool = True) -> None:
+        self.dir = directory
+        self.env = dict(os.environ)
+        dockerd = shutil.which("dockerd")
+        if live_restore and dockerd is not None:
+            shim = directory / "bin"
+            shim.mkdir(parents=True)
+            (shim / "dockerd").write_text(f'#!/bin/sh\nexec {dockerd} --live-restore "$@"\n')
+            (shim / "dockerd").chmod(0o755)
+            self.env["PATH"] = f"{shim}{os.pathsep}{self.env.get('PATH', '')}"
+        self.engine: Engine | None = None
+
+    def start(self) -> Engine:
+        """Start the daemon unless it runs (again after `stop`: the same state, socket and containers)."""
+        import docker
+
+        url = start_private(self.dir / "state", self.env)
+        if self.engine is None:
+            self.engine = Engine(url, docker.DockerClient(base_url=url, timeout=120))
+        return self.engine
+
+    def stop(self, timeout: float = 30) -> None:
+        """SIGTERM the daemon and wait until it is gone, leaving its state, mounts and (with live-restore)
+        its containers' processes as they are: what a `systemctl restart docker` does first."""
+        pid = int((self.dir / "state" / "dockerd.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _runs(pid):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"dockerd {pid} still runs {timeout:.0f} s after SIGTERM")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        """Remove every container and stop the daemon for good, unmounting what it left."""
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                for c in self.engine.client.containers.list(all=True):  # type: ignore[attr-defined]
+                    c.remove(force=True)
+            self.engine.client.close()  # type: ignore[attr-defined]
+        subprocess.run([str(DOCKER_SH), "stop", str(self.dir / "state")], check=False, timeout=60)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.fixture
+def own_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OwnEngine]:
+    """A live-restore dockerd of this test's own, started (see `OwnEngine`)."""
+    pytest.importorskip("docker", reason="the docker SDK is not installed (pip install '.[docker]')")
+    own = OwnEngine(tmp_path_factory.mktemp("own-dockerd"))
+    try:
+        own.start()
+        yield own
+    finally:
+        own.close()
 
 
 def _has_image(client: object, tag: str) -> bool:
@@ -123,13 +197,18 @@ def busybox_rootfs_tar(dest: Path) -> Path:
 @pytest.fixture(scope="session")
 def busybox_image(docker_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A tiny image made by importing a busybox root filesystem (well under a second)."""
+    return import_busybox(docker_engine, tmp_path_factory.mktemp("busybox"))
+
+
+def import_busybox(engine: Engine, work: Path) -> str:
+    """The busybox image on `engine`, imported unless it is there already; its tag."""
     if not BUSYBOX.exists():
         pytest.skip("docker tier: /bin/busybox is missing; run .ci/docker.sh install")
     digest = hashlib.sha256(BUSYBOX.read_bytes()).hexdigest()[:12]
     tag = f"hai-ci/busybox:{digest}"
-    if not _has_image(docker_engine.client, tag):
-        tar = busybox_rootfs_tar(tmp_path_factory.mktemp("busybox") / "rootfs.tar")
-        _import(docker_engine.client, tar, tag, ["ENV PATH=/bin", "WORKDIR /"])
+    if not _has_image(engine.client, tag):
+        tar = busybox_rootfs_tar(work / "rootfs.tar")
+        _import(engine.client, tar, tag, ["ENV PATH=/bin", "WORKDIR /"])
     return tag
 
 
@@ -248,15 +327,18 @@ class DockerJobs:
 
 
 @contextmanager
-def docker_server(engine: Engine, home: Path) -> Iterator[tuple[LiveServer, str]]:
+def docker_server(
+    engine: Engine, home: Path, env: dict[str, str] | None = None
+) -> Iterator[tuple[LiveServer, str]]:
     """A `hai serve` with TEST_CONFIG on `engine`'s docker backend (virtual GPUs, an owner label of its
-    own), and that label; every container of the owner is removed at the end."""
+    own), and that label; every container of the owner is removed at the end. `env`: the server's extra
+    environment (its database)."""
     owner = f"hai-test-{uuid.uuid4().hex[:8]}"
     options = f'[backend]\ndocker_host = "{engine.url}"\nowner = "{owner}"\nvirtual_gpus = true\n'
     config = TEST_CONFIG.replace('backend = "local"', 'backend = "docker"').replace(
         "\n[[nodes]]", f"\n{options}\n[[nodes]]", 1
     )
-    live = LiveServer(home, config).start()
+    live = LiveServer(home, config, env).start()
     try:
         yield live, owner
     finally:

@@ -184,6 +184,25 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def crash(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a component (-9) and reap it."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(30)
+
+
+def again(proc: subprocess.Popen[bytes], log: Path) -> subprocess.Popen[bytes]:
+    """Start a component that ended again with the same arguments (same port, same etcd, same state),
+    its output added to `log`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(proc.args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_healthy(server: ApiServer, proc: subprocess.Popen[bytes], timeout: float = 120) -> None:
+    """Wait until the API server answers /readyz (it exits: RuntimeError with its log)."""
+    _wait("kube-apiserver", lambda: _healthy(server.url), proc, server.dir / "kube-apiserver.log", timeout)
+
+
 def stop(procs: list[subprocess.Popen[bytes]]) -> None:
     for p in reversed(procs):
         if p.poll() is None:

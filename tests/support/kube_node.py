@@ -20,7 +20,8 @@ import sys
 import tarfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +43,54 @@ class Cluster:
     node: str
     node_ip: str
     dir: Path
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list, compare=False)
+    """etcd, then the BINARIES in order: what the session stops at its end."""
 
     def admin(self) -> Any:
         return self.api.api_client(api.ADMIN_TOKEN)
 
+    @contextmanager
+    def apiserver_down(self) -> Iterator[None]:
+        """kube-apiserver killed (-9) for the body, then started again on the same port and etcd; the
+        body's end waits until it is ready."""
+        api.crash(self.processes[1])
+        try:
+            yield
+        finally:
+            self.processes[1] = api.again(self.processes[1], self.dir / "kube-apiserver.log")
+        api.wait_healthy(self.api, self.processes[1])
+
+    @contextmanager
+    def kubelet_down(self, timeout: float = 120) -> Iterator[None]:
+        """The kubelet killed (-9) with its pods running for the body, then started again; the body's
+        end waits until it has reported the node Ready again (and its GPUs are back)."""
+        from kubernetes import client
+
+        index = 1 + BINARIES.index("kubelet")
+        api.crash(self.processes[index])
+        try:
+            yield
+        finally:
+            back_at = time.time()
+            self.processes[index] = api.again(self.processes[index], self.dir / "kubelet.log")
+        core = client.CoreV1Api(self.admin())
+        deadline = time.monotonic() + timeout
+        while not _heard_since(core.read_node(self.node), back_at):
+            if self.processes[index].poll() is not None or time.monotonic() > deadline:
+                tail = self.log_tail("kubelet")
+                raise RuntimeError(f"the restarted kubelet did not report the node Ready:\n{tail}")
+            time.sleep(0.5)
+        advertise_gpus(self)
+
     def log_tail(self, name: str, lines: int = 40) -> str:
         text = (self.dir / f"{name}.log").read_text(errors="replace").splitlines()
         return "\n".join(text[-lines:])
+
+
+def _heard_since(node: Any, since: float) -> bool:
+    """Whether the node is Ready by a heartbeat later than `since` (a time.time())."""
+    ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
+    return bool(ready) and ready[0].status == "True" and ready[0].last_heartbeat_time.timestamp() > since
 
 
 def node_ip() -> str:
@@ -182,7 +224,7 @@ def start(exes: dict[str, Path], engine: Engine, work: Path) -> tuple[Cluster, l
                 work / "kubelet.log",
             )
         )
-        cluster = Cluster(server, NODE, ip, work)
+        cluster = Cluster(server, NODE, ip, work, procs)
         _wait_ready(cluster, procs)
         advertise_gpus(cluster)
     except BaseException:
