@@ -148,3 +148,9 @@ class Backend(Protocol):
 
 class StartError(Exception):
     """An instance could not be started; the message is shown to the user as the reason."""
+
+
+class BackendUnavailable(RuntimeError):
+    """What runs the jobs does not answer for now (dockerd restarting, the Kubernetes API server away):
+    the controller neither plans nor starts anything (a start would fail its job) and tries again;
+    running jobs go on, and their exits are read once it answers."""

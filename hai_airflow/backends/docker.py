@@ -23,7 +23,7 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 
 from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends import procs
-from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.base import BackendUnavailable, Exit, Handle, Launch, StartError
 from hai_airflow.backends.docker_logs import merge_lines
 from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT, clone_argv
@@ -50,7 +50,7 @@ ENGINE_WAIT_SECONDS = 2.0
 `EngineUnreachable`."""
 
 
-class EngineUnreachable(RuntimeError):
+class EngineUnreachable(BackendUnavailable):
     """The Docker engine does not answer: the controller must neither plan nor start now (a start would
     fail its job), only wait; with live-restore the containers run on and their exits are read later."""
 

@@ -21,7 +21,7 @@ from kubernetes.stream.ws_client import STDERR_CHANNEL, STDOUT_CHANNEL
 from kubernetes.utils.quantity import parse_quantity
 
 from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.base import BackendUnavailable, Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import make_beneath
 from hai_airflow.backends.docker_logs import merge
 from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
@@ -54,7 +54,7 @@ API_WAIT_SECONDS = 2.0
 (longer than the watch's one second between tries, so a cut stream alone never raises)."""
 
 
-class ApiUnreachable(RuntimeError):
+class ApiUnreachable(BackendUnavailable):
     """The pod watch cannot reach the API server: the controller must neither plan nor start now (a
     start would fail its job), only wait; exits that happened meanwhile are read once it answers."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import select, text
 
-from hai_airflow.backends.base import Backend, Exit, Handle
+from hai_airflow.backends.base import Backend, BackendUnavailable, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Decision
 from hai_airflow.scheduling.settled import Settled
@@ -33,6 +33,8 @@ TICK_SECONDS = 1.0
 """A full planning cycle at least this often, even when nothing woke the controller."""
 POLL_SECONDS = 0.2
 """How often the backend is asked for exits while this controller is active."""
+RETRY_SECONDS = 1.0
+"""How long after a failed step the next one comes."""
 SETTLE_FACTOR = 1.0
 """After a cycle that took t seconds, a wake-up (a submit, a request) plans again no sooner than
 SETTLE_FACTOR x t after it ended: under a stream of submissions the controller plans at most about
@@ -96,7 +98,9 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stopping.is_set():
-            self.attempt()
+            if not self.attempt():
+                self._stopping.wait(RETRY_SECONDS)  # not at once: a failure is likely to recur
+                continue
             if not self.active:
                 # A standby only looks whether the lease is free: wake-ups (its own API's, and every
                 # other server's through the channel) are for the holder.
@@ -107,9 +111,10 @@ class Controller:
                 wait = min(wait, max(self._settled_at - clock.now(), 0.02))
             self._woken = self.ctx.wakeup.wait(wait) or self._woken
 
-    def attempt(self) -> None:
-        """One step, whatever happens: a lost lease stands this controller by, a store outage is
-        waited out, any other failure is logged; after a failure the next read of the store is whole
+    def attempt(self) -> bool:
+        """One step, whatever happens; False when it failed. A lost lease stands this controller by, a
+        store outage is waited out, a backend that does not answer is said in one line, any other
+        failure is logged; after a failure inside a transaction the next read of the store is whole
         (the failed transaction may have expired kept rows)."""
         try:
             self.step()
@@ -119,12 +124,18 @@ class Controller:
         except STORE_UNAVAILABLE as e:
             self._outage.failed(e)
             self.keeper.forget()
+            return False
+        except BackendUnavailable as e:
+            log.warning("%s", e)
+            return False
         except Exception:
             log.exception("controller step failed; retrying")
             self.keeper.forget()
+            return False
         else:
             if self._outage.since is not None:
                 self._probe_store()
+        return True
 
     def _probe_store(self) -> None:
         """After an outage, whether the store answers again (a step may not have asked it anything)."""

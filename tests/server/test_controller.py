@@ -14,7 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
 from hai_airflow.backends import procs
-from hai_airflow.backends.base import Handle, Launch
+from hai_airflow.backends.base import BackendUnavailable, Handle, Launch
 from hai_airflow.backends.local import LocalBackend
 from hai_airflow.server import exits as exits_module
 from hai_airflow.server import transitions
@@ -557,10 +557,32 @@ def test_after_a_failed_step_the_store_is_read_whole_and_scheduling_goes_on(
         raise RuntimeError("a fault of this step's own")
 
     monkeypatch.setattr(controller.backend, "poll", fails)
-    controller.attempt()  # logged, not raised
+    assert controller.attempt() is False  # logged, not raised
     assert controller.keeper.follower.kept is None  # its rows may be expired: not kept
     monkeypatch.undo()
     second = run.submit("alice", cmd="true")
     run.step()
     assert controller.keeper.follower.kept is not None and controller.keeper.follower.kept is not kept
     run.until_state(second["id"], "SUCCEEDED")
+
+
+def test_a_backend_that_does_not_answer_is_said_in_one_line_and_waited_out(
+    run: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    controller = run.controller
+    assert controller is not None
+    run.step()
+    kept = controller.keeper.follower.kept
+
+    def away() -> list[object]:
+        raise BackendUnavailable("the Docker engine on here does not answer")
+
+    monkeypatch.setattr(controller.backend, "poll", away)
+    assert controller.attempt() is False
+    said = [r for r in caplog.records if "does not answer" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None  # one line, no traceback
+    assert controller.keeper.follower.kept is kept  # no transaction failed: nothing to read again
+    monkeypatch.undo()
+    assert controller.attempt() is True
+    job = run.submit("alice", cmd="true")
+    run.until_state(job["id"], "SUCCEEDED")
