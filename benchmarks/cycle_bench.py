@@ -7,7 +7,8 @@ backend (below) says every instance started and none ends; the 1,000 running job
 Prints, per store: the cycle with nothing new (settled: the last plan only made jobs wait, so it does
 not plan), the same cycle made to plan anyway (as it does every REPLAN_SECONDS), the cycle after a
 burst of new submissions that wait anyway (the cluster is full: still settled, no plan), and after
-such a burst and one job ending (a plan; median and range of the cycles timed, each), the full
+such a burst and one job ending (a plan; median and range of the cycles timed, each) without and
+with the forecaster thread at work beside the controller (alternated in blocks), the full
 read of the store the controller no longer does per cycle (for comparison), and this process's
 resident memory.
 
@@ -43,6 +44,8 @@ from tests.support import postgres  # noqa: E402
 from tests.support.live_server import TEST_CONFIG  # noqa: E402
 
 TARGET_MS = 50.0
+BLOCK = 5
+"""Cycles timed in a row with the forecaster, then without it, alternately."""
 TYPES = ("V100", "A100", "T4")
 
 
@@ -206,19 +209,32 @@ def bench(url: str, label: str, args: argparse.Namespace, home: Path) -> None:
     for k in range(args.cycles):
         burst(9_000_000 + k * 16)
         arrivals.append(cycle_ms(controller))
-    busy = []
-    for k in range(args.cycles):
+    def ended_one(k: int) -> float:
         burst(10_000_000 + k * 16)  # and one job ending, as an exit would
         running = next(iter(controller.follower.view().current.values()))
         controller.backend.stop(running.id, 0, False)
         controller.exits.record(controller.backend.poll())
-        busy.append(cycle_ms(controller))
+        took = cycle_ms(controller)
+        time.sleep(0.1)  # as between the controller's cycles: a forecaster thread gets its turn
+        return took
+
+    # Alternated in blocks: without the forecaster, and with its thread at work beside the controller.
+    busy: list[float] = []
+    forecasting: list[float] = []
+    for block in range(0, args.cycles, BLOCK):
+        busy += [ended_one(2 * block + k) for k in range(BLOCK)]
+        controller.forecaster.start()
+        try:
+            forecasting += [ended_one(2 * block + BLOCK + k) for k in range(BLOCK)]
+        finally:
+            controller.forecaster.stop()
+    forecasts = controller.forecaster.latest
     began = time.perf_counter()
     with store.read() as s:
         read_all(s, config.server.policy)
     full_ms = (time.perf_counter() - began) * 1000
     queued = len([j for j in controller.follower.view().snapshot.jobs if j.state in ("PENDING", "SUSPENDED")])
-    timed = (idle, replanned, arrivals, busy)
+    timed = (idle, replanned, arrivals, busy, forecasting)
     verdict = "met" if all(statistics.median(c) <= TARGET_MS for c in timed) else "MISSED"
     print(
         f"{label}: {queued} queued x {args.nodes} nodes: cycle idle (settled, no plan) median "
@@ -227,7 +243,10 @@ def bench(url: str, label: str, args: argparse.Namespace, home: Path) -> None:
         f"after 16 submits that wait anyway median "
         f"{statistics.median(arrivals):.1f} ms (range {min(arrivals):.1f}-{max(arrivals):.1f}), "
         f"after 16 submits + 1 exit median "
-        f"{statistics.median(busy):.1f} ms (range {min(busy):.1f}-{max(busy):.1f}); "
+        f"{statistics.median(busy):.1f} ms (range {min(busy):.1f}-{max(busy):.1f}), the same with the "
+        f"forecaster at work median {statistics.median(forecasting):.1f} ms "
+        f"(range {min(forecasting):.1f}-{max(forecasting):.1f}; its last forecast took "
+        f"{forecasts.seconds if forecasts is not None else float('nan'):.2f} s); "
         f"target {TARGET_MS:.0f} ms for each: "
         f"{verdict}; a full read of the store {full_ms:.0f} ms (no longer per cycle); RSS {rss_mb():.0f} MB",
         flush=True,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from hai_airflow.scheduling.model import Decision, Snapshot, Wait
 from hai_airflow.scheduling.runtime import RuntimeHistory
 from hai_airflow.server import clock
+from hai_airflow.server.apart import run_apart
 from hai_airflow.server.forecasting import QueueForecast, forecast_queue
 from hai_airflow.server.runtimes import recent_runs, runtime_facts
 from hai_airflow.server.store import Store
@@ -132,8 +133,13 @@ class Forecaster:
         return self._history[1]
 
     def _forecast(self, offer: Offer, history: RuntimeHistory) -> QueueForecast:
+        """The forecast, computed apart (`run_apart`): not on the controller's interpreter lock."""
         began = time.perf_counter()
-        facts = runtime_facts(offer.rows, offer.current, offer.at)
-        result = forecast_queue(offer.snapshot, facts, history, offer.at, self.budget_seconds)
+
+        def work() -> QueueForecast:
+            facts = runtime_facts(offer.rows, offer.current, offer.at)
+            return forecast_queue(offer.snapshot, facts, history, offer.at, self.budget_seconds)
+
+        result = run_apart(work)
         return QueueForecast(result.at, result.jobs, result.horizon, result.complete,
                              time.perf_counter() - began)
