@@ -239,6 +239,13 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
 def instance_ended(
     s: Session, job: JobRow, inst: InstanceRow, ex: Exit, outcome: Outcome, now: float
 ) -> None:
+    """The instance's end and the job's move; a job still STARTING had its start go unrecorded (the
+    store failed between the launch and its write) and is recorded RUNNING first, so its history
+    stays whole."""
+    if job.state == JobState.STARTING:
+        inst.started_at = job.started_at = inst.created_at
+        late = f"instance {inst.id} ran (its start recorded at its end)"
+        move(s, job, JobState.RUNNING, "started", late, now)
     inst.ended_at, inst.exit_code, inst.end_reason = now, ex.exit_code, outcome.end_reason
     if inst.started_at is not None:
         job.runtime_seconds += max(0.0, now - inst.started_at)

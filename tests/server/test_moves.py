@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from hai_airflow.backends.base import Exit
 from hai_airflow.server import transitions
 from hai_airflow.server.store import Store
-from hai_airflow.server.tables import EventRow, JobRow
+from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
 from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState
 from tests.server.test_submission import _row
 
@@ -93,3 +94,32 @@ def test_the_state_column_refuses_what_is_not_a_state(store: Store, bogus: str) 
     with store.read() as s:
         job = s.get(JobRow, job_id)
         assert job is not None and job.state is JobState.PENDING
+
+
+def test_an_exit_of_a_job_whose_start_went_unrecorded_records_the_start_first(store: Store) -> None:
+    """The store failed between a launch and the write of its start; the instance ran and ended."""
+    job_id = job_in(store, JobState.STARTING)
+    with store.write() as s:
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        inst = InstanceRow(
+            job_id=job_id,
+            created_at=5.0,
+            placement="[]",
+            log_path="",
+            work_dir="",
+            model_dir="",
+            grace_seconds=0,
+        )
+        s.add(inst)
+        s.flush()
+        job.current_instance_id = inst.id
+        ex = Exit(instance_id=inst.id, exit_code=0, reason="exit code 0")
+        transitions.instance_ended(s, job, inst, ex, transitions.exit_outcome(job, inst, ex), 9.0)
+    with store.read() as s:
+        job = s.get(JobRow, job_id)
+        assert job is not None and job.state == JobState.SUCCEEDED and job.runtime_seconds == 4.0
+        moves = [
+            (e.from_state, e.to_state) for e in s.scalars(select(EventRow).where(EventRow.job_id == job_id))
+        ]
+        assert moves == [(JobState.STARTING, JobState.RUNNING), (JobState.RUNNING, JobState.SUCCEEDED)]
