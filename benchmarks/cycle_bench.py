@@ -222,10 +222,11 @@ def bench(url: str, label: str, args: argparse.Namespace, home: Path) -> None:
     busy: list[float] = []
     forecasting: list[float] = []
     for block in range(0, args.cycles, BLOCK):
-        busy += [ended_one(2 * block + k) for k in range(BLOCK)]
+        size = min(BLOCK, args.cycles - block)  # args.cycles cycles of each
+        busy += [ended_one(2 * block + k) for k in range(size)]
         controller.forecaster.start()
         try:
-            forecasting += [ended_one(2 * block + BLOCK + k) for k in range(BLOCK)]
+            forecasting += [ended_one(2 * block + size + k) for k in range(size)]
         finally:
             controller.forecaster.stop()
     forecasts = controller.forecaster.latest
