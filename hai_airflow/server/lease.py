@@ -71,7 +71,13 @@ def try_acquire(
 ) -> bool:
     """Take the lease if it is ours, released, expired, or held by a dead process on this host; renew
     it if ours. Expired: unchanged for `ttl` by `watch`, or without one, `expires_at` before `now`."""
-    row = session.get(LeaseRow, 1, with_for_update=True)
+    return take(session, session.get(LeaseRow, 1, with_for_update=True), me, now, ttl, watch)
+
+
+def take(
+    session: Session, row: LeaseRow | None, me: str, now: float, ttl: float, watch: Watch | None
+) -> bool:
+    """`try_acquire` on the lease row its caller has read and locked (None: there is none yet)."""
     if row is None:
         session.add(LeaseRow(id=1, holder=me, expires_at=now + ttl, acquired_at=now))
         return True
@@ -127,7 +133,7 @@ class Holding:
             if row is not None and row.holder != self.me:
                 clock.CLOCK.not_before(row.expires_at - self.seconds)
                 now = max(now, clock.now())
-            got = try_acquire(s, self.me, now, self.seconds, self.watch)
+            got = take(s, row, self.me, now, self.seconds, self.watch)
         if got:
             self.last_renew = now
         return got
