@@ -78,7 +78,9 @@ MOVES: dict[tuple[JobState, JobState], str] = {
 }
 """Every legal move of a job's state (from, to) and when it happens; `transitions.move` refuses any
 other. A job is stored PENDING; SUCCEEDED, FAILED, CANCELLED and TIMEOUT are final."""
-EndReason = Literal["completed", "failed", "preempted", "cancelled", "lost", "suspended", "timeout"]
+EndReason = Literal[
+    "completed", "failed", "preempted", "resized", "cancelled", "lost", "suspended", "timeout"
+]
 PriorityClass = Literal["high", "low"]
 
 
@@ -526,6 +528,47 @@ class DistributedJobSpec(_JobSpecBase):
         default="per-gpu",
         description=f"{PROCESSES_HELP} Default per-gpu: hvd.size() is workers x GPUs per worker.",
     )
+    min_workers: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Resizable: a high-priority job may shrink it down to this many workers instead of "
+        "suspending it, and it grows back to `workers` when GPUs free. Each resize is a save on the "
+        "notice and a restart at the new size from that checkpoint (implies elastic).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resizable_is_elastic(cls, data: Any) -> Any:
+        """`min_workers` implies `elastic`: a resize is a save on the notice and a restart."""
+        if isinstance(data, dict) and data.get("min_workers") is not None and "elastic" not in data:
+            return {**data, "elastic": True}
+        return data
+
+    @model_validator(mode="after")
+    def _resizable(self) -> DistributedJobSpec:
+        if self.min_workers is None:
+            return self
+        if self.min_workers > self.workers:
+            raise refusal(
+                f"`min_workers` ({self.min_workers}) is more than `workers` ({self.workers})",
+                "Set min_workers between 1 and workers, or leave it out for a job that never resizes",
+            )
+        if not self.elastic:
+            raise refusal(
+                "a resizable job (`min_workers`) must save on the notice, but `elastic` is false",
+                "Leave out elastic (min_workers implies it), or leave out min_workers",
+            )
+        return self
+
+    def runs_at(self, workers: int) -> bool:
+        """Whether it may run at this many workers: all it asks for, or down to `min_workers`."""
+        return (self.min_workers or self.workers) <= workers <= self.workers
+
+    @property
+    def resizable(self) -> bool:
+        """It may run at fewer workers than it asks for (`min_workers` below `workers`)."""
+        return self.min_workers is not None and self.min_workers < self.workers
 
 
 JobSpec = Annotated[CpuJobSpec | StandaloneJobSpec | DistributedJobSpec, Field(discriminator="mode")]

@@ -53,6 +53,7 @@ from hai_airflow.backends.workerenv import (
     worker_slots,
 )
 from hai_airflow.scheduling.model import Node, WorkerPlacement
+from hai_airflow.spec import DistributedJobSpec
 
 WorkerPlan = tuple[WorkerSlot, dict[str, str], str]
 """A worker to start: its slot, its environment and its command."""
@@ -216,10 +217,9 @@ class LocalBackend:
             if known is not None and not known.ended:
                 raise StartError(f"instance {launch.instance_id} is already running")
         spec = launch.spec
-        distributed = spec.mode == "distributed"
         placement = launch.placement or (WorkerPlacement(node=socket.gethostname(), gpus=()),)
-        asked = getattr(spec, "workers", 1)
-        if distributed and len(placement) != asked:
+        if isinstance(spec, DistributedJobSpec) and not spec.runs_at(len(placement)):
+            asked = spec.workers
             raise StartError(f"the placement has {len(placement)} workers but the job asks for {asked}")
         launch.work_dir.mkdir(parents=True, exist_ok=True)
         launch.log_path.parent.mkdir(parents=True, exist_ok=True)

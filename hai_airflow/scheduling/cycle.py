@@ -13,12 +13,14 @@ from hai_airflow.scheduling.model import (
     PLACED,
     Admit,
     Decision,
+    Grow,
     Job,
     Placement,
     Reject,
     Reservation,
     Reserve,
     Shape,
+    Shrink,
     Snapshot,
     Suspend,
     Wait,
@@ -26,7 +28,8 @@ from hai_airflow.scheduling.model import (
 )
 from hai_airflow.scheduling.placement import describe_placement, never_fits, place, shortfall
 from hai_airflow.scheduling.policies import Policy
-from hai_airflow.scheduling.quota import count_high, over_quota
+from hai_airflow.scheduling.quota import count_high, headroom, over_quota
+from hai_airflow.scheduling.resize import Cut, describe_resize, find_cut, growth, release_workers, resizing
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimCandidates, find_victims
 from hai_airflow.spec import JobState
@@ -63,6 +66,8 @@ class Cycle:
     guard: Guard | None = None
     decisions: list[Decision] = field(default_factory=list)
     waited: int = 0
+    high_waiting: bool = False
+    """A high-priority job waits for GPUs: no resizable job grows this cycle (it would be shrunk back)."""
     learnt: CycleMemo = field(default_factory=lambda: CycleMemo(0))
     """What the cycle learnt since free capacity last grew; read it through `memo`."""
 
@@ -79,7 +84,7 @@ class Cycle:
         layout = usage.layout
         cap = FreeCapacity.build(usage)
         reservations = (
-            honoured(snapshot.reservations, {j.id for j in waiting}.__contains__, layout)
+            honoured(snapshot.reservations, keeps_reservation(waiting, placed).__contains__, layout)
             if snapshot.reservations else []
         )
         holder_of = gpu_holders(cap, placed, reservations) if reservations else {}
@@ -141,6 +146,7 @@ class Cycle:
             # same reason.
             last = seen.waits.get(high)
             if last is not None and last.version == self.cap.version:
+                self.high_waiting |= high
                 self.wait(job, last.why)
                 return
         why = self.seek(job, shape, high)
@@ -163,6 +169,7 @@ class Cycle:
             return None
         if self.guard is not None and fits_with_guard_nodes(self.cap, self.guard, shape):
             return WaitReason(self.guard.reason(), self.guard.job_id)
+        self.high_waiting |= high
         reason = shortfall(self.cap, shape) + drained_note(self.cap, shape)
         if high and self.policy.preempts:
             reason += "; suspending running low-priority jobs would not make room"
@@ -191,8 +198,15 @@ class Cycle:
         return placement, how
 
     def preempt(self, job: Job, shape: Shape, reserved: bool) -> bool:
-        """Suspend the chosen victims and reserve the preemptor's placement on what they free."""
-        victims = find_victims(self.cap, shape, self.victims, None if reserved else self.memo())
+        """Shrink a resizable job if that alone makes room, else suspend the chosen victims; reserve
+        the preemptor's placement on what they free."""
+        memo = None if reserved else self.memo()
+        candidates = self.victims
+        if candidates.resizable and (memo is None or not memo.no_victims.holds(shape, self.cap.pools(shape))):
+            cut = find_cut(self.cap, shape, candidates.resizable, candidates.taken)
+            if cut is not None:
+                return self.shrink(job, shape, cut)
+        victims = find_victims(self.cap, shape, candidates, memo)
         placement = self.place_after_suspending(victims, shape) if victims else None
         if placement is None:
             return False
@@ -209,6 +223,50 @@ class Cycle:
         self.count_quota(job)
         self.wait(job, WaitReason(waiting_for(victims), victims[0].id))
         return True
+
+    def shrink(self, job: Job, shape: Shape, cut: Cut) -> bool:
+        """Restart the cut's job on the workers it keeps; the preemptor gets what the others free."""
+        with self.cap.trial() as trial:
+            release_workers(self.cap, cut.freed)
+            placement = place(self.cap, shape)
+            if placement is None:
+                return False
+            trial.commit_without_gains()
+        victim, to = cut.job, len(cut.kept)
+        self.victims.taken.add(victim.id)
+        self.decisions.append(Shrink(victim.id, to, cut.kept, job.id,
+                                     f"shrunk to {describe_resize(victim, to)} so high-priority job {job.id} "
+                                     f"can run (giving up workers loses less than a suspension)"))
+        self.decisions.append(Reserve(job.id, placement,
+                                      f"GPUs freed by shrinking job {victim.id} are held for job {job.id}: "
+                                      f"{describe_placement(placement)}"))
+        self.count_quota(job)
+        self.wait(job, WaitReason(f"waiting for job {victim.id} to shrink to {to} workers", victim.id))
+        return True
+
+    def grow(self, job: Job) -> None:
+        """A running resizable job below its size takes free GPUs in its pool (as many workers as fit),
+        unless a high-priority job waits: it would shrink the job straight back."""
+        if self.high_waiting:
+            return
+        most = job.max_workers - job.workers
+        if job.high:
+            room = headroom(job.user, job.group, self.user_used.get(job.user, 0),
+                            self.group_used.get(job.group, 0), self.snapshot.quota)
+            most = most if room is None else min(most, room // job.gpus_per_worker)
+        with self.cap.trial() as trial:
+            extra = growth(self.cap, job, most)
+            if extra is None:
+                return
+            trial.commit()
+        more = len(extra) * job.gpus_per_worker
+        if job.high:
+            self.user_used[job.user] = self.user_used.get(job.user, 0) + more
+            self.group_used[job.group] = self.group_used.get(job.group, 0) + more
+        to = job.workers + len(extra)
+        where = describe_placement(extra)
+        self.decisions.append(Grow(job.id, to, job.placement + extra,
+                                   f"grows to {describe_resize(job, to)} on free GPUs: {where}"))
 
     def place_after_suspending(self, victims: list[Job], shape: Shape) -> Placement | None:
         """Place as if the victims were gone; what they free beyond the placement stays held this cycle
@@ -319,10 +377,17 @@ def drained_note(cap: FreeCapacity, shape: Shape) -> str:
     return f"; nodes {node_list(drained)} have room but are drained"
 
 
+def keeps_reservation(waiting: list[Job], placed: list[Job]) -> set[int]:
+    """The jobs whose reservations hold: waiting ones, and those stopping to restart at a new size."""
+    return {j.id for j in waiting} | {j.id for j in placed if resizing(j)}
+
+
 def waiting_for(holders: list[Job]) -> str:
     """Wait reason of a preemptor whose GPUs are still being freed."""
     ids = ", ".join(str(h.id) for h in holders)
     plural = "s" if len(holders) > 1 else ""
+    if all(h.resizable and h.workers < len(h.placement) for h in holders):
+        return f"waiting for job{plural} {ids} to shrink"
     suspending = all(h.state in (JobState.SUSPENDING, JobState.RUNNING) and not h.high for h in holders)
     verb = "suspend" if suspending else "release its GPUs" if len(holders) == 1 else "release their GPUs"
     return f"waiting for job{plural} {ids} to {verb}"

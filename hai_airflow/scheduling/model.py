@@ -76,6 +76,10 @@ class Job:
     preemptions: int = 0
     last_checkpoint_at: float | None = None
     elastic: bool = False
+    min_workers: int = 0
+    """A resizable job's least workers; 0 for one that never resizes. `workers` is the size it runs
+    at (or resumes at) now, `max_workers` all it asked for."""
+    max_workers: int = 0
     shape: Shape = field(init=False, repr=False, compare=False)
     """What it asks for, from the fields above (set once: a plan reads it for every queued job)."""
     high: bool = field(init=False, repr=False, compare=False)
@@ -94,6 +98,10 @@ class Job:
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def resizable(self) -> bool:
+        return 0 < self.min_workers < self.max_workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,4 +188,27 @@ class Reject:
     reason: str
 
 
-Decision = Admit | Suspend | Reserve | Wait | Reject
+@dataclass(frozen=True, slots=True)
+class Shrink:
+    """Restart a running resizable low-priority job at `to` workers, on `placement` (the first `to`
+    of its workers), so that `preemptor_id` can run on what the others free. It saves on the notice
+    and resumes at once from that checkpoint; it loses the time since its last save, not its run."""
+
+    job_id: int
+    to: int
+    placement: Placement
+    preemptor_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Grow:
+    """Restart a running resizable job at `to` workers on `placement`: its workers and new ones."""
+
+    job_id: int
+    to: int
+    placement: Placement
+    reason: str
+
+
+Decision = Admit | Suspend | Shrink | Grow | Reserve | Wait | Reject

@@ -7,7 +7,9 @@ from itertools import repeat
 from hai_airflow.scheduling.cycle import Cycle
 from hai_airflow.scheduling.model import WAITING, Decision, Snapshot
 from hai_airflow.scheduling.policies import POLICIES
+from hai_airflow.scheduling.resize import can_grow
 from hai_airflow.scheduling.usage import Usage
+from hai_airflow.spec import JobState
 
 
 def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Decision]:
@@ -18,7 +20,10 @@ def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Dec
     3. for each head, in order: Reject if it can never fit; Wait if high priority would break
        quota; Admit if it can be placed (a reservation first); Wait while its own victims suspend;
        Suspend victims + Reserve (high jobs only); else Wait, raising the starvation guard for the
-       first high job (any job under fifo) that cannot be placed even with preemption;
+       first high job (any job under fifo) that cannot be placed even with preemption; before
+       suspending anything for a high job, Shrink a resizable job by whole workers if that alone
+       makes room; a running resizable job below its size takes its turn in the queue order to Grow
+       on free GPUs (none while a high job waits for GPUs);
     4. return the decisions, in queue order.
 
     `usage` is what the placed jobs use as the cluster state keeps it (`ClusterState.usage`), taken
@@ -31,10 +36,16 @@ def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Dec
     if policy is None:
         raise ValueError(f"unknown scheduling policy {snapshot.policy!r}; choose one of {sorted(POLICIES)}")
     waiting = [j for j in snapshot.jobs if j.state in WAITING]
-    if not waiting:
+    growing = [j for j in snapshot.jobs if j.state == JobState.RUNNING and can_grow(j)]
+    if not waiting and not growing:
         return []
     cycle = Cycle.start(snapshot, policy, now, waiting, usage)
-    keys = list(map(policy.queue_key, waiting, repeat(now)))  # each ends with the job id: no ties
-    for i in sorted(range(len(waiting)), key=keys.__getitem__):
-        cycle.decide(waiting[i])
+    queue = waiting + growing if growing else waiting
+    keys = list(map(policy.queue_key, queue, repeat(now)))  # each ends with the job id: no ties
+    for i in sorted(range(len(queue)), key=keys.__getitem__):
+        job = queue[i]
+        if job.state == JobState.RUNNING:
+            cycle.grow(job)
+        else:
+            cycle.decide(job)
     return cycle.decisions

@@ -48,6 +48,13 @@ def over_quota(user: str, group: str, gpus: int, user_used: int, group_used: int
     return None
 
 
+def headroom(user: str, group: str, user_used: int, group_used: int, quota: Quota) -> int | None:
+    """High-priority GPUs the user may still take within both limits; None when neither limits them."""
+    rooms = [limit - used for limit, used in ((quota.users.get(user), user_used),
+                                              (quota.groups.get(group), group_used)) if limit is not None]
+    return max(0, min(rooms)) if rooms else None
+
+
 def judge(user: str, group: str, gpus: int, user_used: int, group_used: int, quota: Quota) -> QuotaVerdict:
     """The quota rule (`over_quota`) with the usage and limits it was judged on."""
     user_limit = quota.users.get(user)

@@ -43,6 +43,8 @@ class VictimCandidates:
     """Per candidate, the nodes it runs on and how many GPUs it frees on each."""
     taken: set[int] = field(default_factory=set)
     """Already chosen this cycle (their GPUs go to another preemptor)."""
+    resizable: list[Job] = field(default_factory=list)
+    """The resizable candidates, in victim order: shrinking one is tried before any suspension."""
 
     @classmethod
     def build(cls, jobs: Sequence[Job], cap: FreeCapacity, policy: Policy, now: float) -> VictimCandidates:
@@ -52,7 +54,7 @@ class VictimCandidates:
         for j in candidates:
             for pool in dict.fromkeys(r.node.node.gpu_type for r in freed[j.id]):
                 by_pool.setdefault(pool, []).append(j)
-        return cls(by_pool, freed)
+        return cls(by_pool, freed, resizable=[j for j in candidates if j.resizable])
 
     def in_order(self, pools: tuple[str, ...]) -> list[Job]:
         """The candidates worth trying for these pools, in victim order."""

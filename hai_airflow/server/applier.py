@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from hai_airflow import durations
 from hai_airflow.backends.base import Backend
-from hai_airflow.scheduling.model import Admit, Decision, Reject, Reserve, Suspend, Wait
+from hai_airflow.scheduling.model import Admit, Decision, Grow, Reject, Reserve, Shrink, Suspend, Wait
+from hai_airflow.scheduling.resize import resizing
 from hai_airflow.server import admission, by_id, clock, lease, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.context import ServerContext
@@ -35,6 +36,7 @@ class Decided:
     """A plan's decisions by kind; waits only where their reason changed."""
 
     suspends: list[Suspend] = field(default_factory=list)
+    resizes: list[Shrink | Grow] = field(default_factory=list)
     reserves: list[Reserve] = field(default_factory=list)
     admits: list[Admit] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
@@ -51,6 +53,8 @@ class Decided:
                 d.admits.append(x)
             elif isinstance(x, Suspend):
                 d.suspends.append(x)
+            elif isinstance(x, Shrink | Grow):
+                d.resizes.append(x)
             elif isinstance(x, Reserve):
                 d.reserves.append(x)
             else:
@@ -176,9 +180,11 @@ class PlanApplier:
             d.hold_admits(full, reasons)
         for s in d.suspends:
             self._suspend(view, s)
+        for r in d.resizes:
+            self._resize(view, r)
         stale = {r.job_id for r in view.snapshot.reservations} - {r.job_id for r in d.reserves}
         if stale:
-            stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING}
+            stale -= {j.id for j in view.snapshot.jobs if j.state in WAITING or resizing(j)}
         news: list[admission.NewInstance] = []
         if d.reserves or stale or d.admits or d.reasons or d.rejects:
             news = self._write_decided(view, d, stale)
@@ -189,7 +195,7 @@ class PlanApplier:
         if news:
             self.ctx.changed.notify()
             self._start(news)
-        elif d.suspends or d.rejects:
+        elif d.suspends or d.resizes or d.rejects:
             self.ctx.changed.notify()
 
     def _write_decided(self, view: StoreView, d: Decided, stale: set[int]) -> list[admission.NewInstance]:
@@ -214,6 +220,22 @@ class PlanApplier:
         spec = parse_spec(row)
         self._stop(row, inst, "preempt", spec.effective_grace_seconds, spec.elastic, d.reason, d.preemptor_id)
         log.info("suspending job %d for job %d", d.job_id, d.preemptor_id)
+
+    def _resize(self, view: StoreView, d: Shrink | Grow) -> None:
+        """Restart a resizable job at its new size: the size, its GPUs held and the stop in one write,
+        then the notice (it saves and exits; the next cycle starts it on the held GPUs)."""
+        row, inst = view.jobs.get(d.job_id), view.current.get(d.job_id)
+        if row is None or inst is None or row.state != JobState.RUNNING or not inst.handle or inst.stop_kind:
+            return
+        grace = parse_spec(row).effective_grace_seconds
+        with self.write() as s:
+            job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
+            if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
+                return
+            transitions.resize(s, job, fresh, d.to, d.placement, grace, d.reason, clock.now())
+        self.backend.stop(inst.id, grace, True)
+        preemptor = f" for job {d.preemptor_id}" if isinstance(d, Shrink) else ""
+        log.info("resizing job %d to %d workers%s", d.job_id, d.to, preemptor)
 
     # ---- starting -----------------------------------------------------------------------------
 

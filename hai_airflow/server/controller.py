@@ -252,6 +252,6 @@ class Controller:
                     if i.stop_requested_at is None
                     else i.grace_seconds - (clock.now() - i.stop_requested_at)
                 )
-                notice = i.stop_kind in ("preempt", "hold", "timeout") and i.grace_seconds > 0
+                notice = i.stop_kind in ("preempt", "resize", "hold", "timeout") and i.grace_seconds > 0
                 self.backend.stop(i.id, max(0, int(left)), notice)
         log.info("re-attached %d instance(s), %d lost", adopted, len(lost))

@@ -72,7 +72,7 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
         state=state,
         max_schedule=row.max_schedule,
         submitted_at=row.submitted_at,
-        workers=row.workers,
+        workers=row.current_workers,
         gpus_per_worker=row.gpus_per_worker,
         cpus_per_worker=row.cpus_per_worker,
         memory_gb_per_worker=row.memory_gb_per_worker,
@@ -84,6 +84,8 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
         preemptions=row.preemptions,
         last_checkpoint_at=row.latest_checkpoint_at,
         elastic=row.elastic,
+        min_workers=row.min_workers or 0,
+        max_workers=row.workers if row.min_workers else 0,
     )
 
 

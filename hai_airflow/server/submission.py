@@ -64,6 +64,8 @@ class Resources:
     cpus_per_worker: float
     memory_gb_per_worker: float
     gpu_type: str | None
+    min_workers: int | None = None
+    """A resizable job's least workers; None for one that never resizes."""
 
     @property
     def gpus(self) -> int:
@@ -111,7 +113,8 @@ def resolve_resources(
             field=field,
             fix="Pick a GPU package from `hai res`",
         )
-    return Resources(workers, pkg.gpus, pkg.cpus, pkg.memory_gb, gpu_type)
+    least = spec.min_workers if isinstance(spec, DistributedJobSpec) and spec.resizable else None
+    return Resources(workers, pkg.gpus, pkg.cpus, pkg.memory_gb, gpu_type, least)
 
 
 def check_references(
@@ -147,7 +150,7 @@ def high_usage(
     With `user` and `group`, only their jobs are summed (all a quota check needs); `exclude` are the
     jobs being judged (promoted, or submitted and stored but not judged yet), so none counts twice.
     """
-    gpus = func.sum(JobRow.workers * JobRow.gpus_per_worker)
+    gpus = func.sum(func.coalesce(JobRow.size, JobRow.workers) * JobRow.gpus_per_worker)
     query = select(JobRow.user_name, JobRow.group_name, gpus).where(_counted())
     if user is not None and group is not None:
         query = query.where((JobRow.user_name == user) | (JobRow.group_name == group))
@@ -305,6 +308,7 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
         memory_gb_per_worker=res.memory_gb_per_worker,
         gpu_type=res.gpu_type,
         elastic=spec.elastic,
+        min_workers=res.min_workers,
         time_limit_seconds=spec.time_limit_seconds,
         labels=label_rules.encode(spec.labels),
         submitted_at=now,
@@ -329,14 +333,8 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     if requeue is not None:
         kind, actor = "requeued", requeue.by.name
         reason += f"; requeued from task {requeue.job_id} by {requeue.by.actor}, {requeue.how()}"
-    event = {
-        "at": now,
-        "kind": kind,
-        "from_state": None,
-        "to_state": JobState.PENDING,
-        "reason": reason,
-        "actor": actor,
-    }
+    event = {"at": now, "kind": kind, "from_state": None, "to_state": JobState.PENDING, "reason": reason,
+             "actor": actor}
     return _Checked(submit, values, event, is_high(spec.max_schedule), res.gpus)
 
 

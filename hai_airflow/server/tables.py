@@ -130,6 +130,10 @@ class JobRow(Base):
     memory_gb_per_worker: Mapped[float] = mapped_column(Float, default=0)
     gpu_type: Mapped[str | None] = mapped_column(String(50))
     elastic: Mapped[bool] = mapped_column(Boolean, default=False)
+    min_workers: Mapped[int | None] = mapped_column(Integer)
+    """A resizable job's least workers (the spec's `min_workers`); None for one that never resizes."""
+    size: Mapped[int | None] = mapped_column(Integer)
+    """The workers a resizable job runs at, or resumes at next, after a shrink or a grow; None = `workers`."""
     labels: Mapped[str | None] = mapped_column(Text)
     """The spec's labels as `labels.encode` writes them, for selectors (`,key=value,` sorted)."""
     time_limit_seconds: Mapped[int | None] = mapped_column(Integer)
@@ -165,6 +169,11 @@ class JobRow(Base):
     requeued_from: Mapped[int | None] = mapped_column(Integer)
     """The ended job this one runs again (`hai requeue`), with its spec, owner and checkpoint."""
 
+    @property
+    def current_workers(self) -> int:
+        """The workers it runs at now (or resumes at): its size after a resize, else all it asked for."""
+        return self.size if self.size is not None else self.workers
+
     def seconds_run(self, current: InstanceRow | None, now: float) -> float:
         """Seconds run over all its runs: the ended instances' and the current one's so far."""
         if current is None or current.started_at is None or current.ended_at is not None:
@@ -184,6 +193,8 @@ class InstanceRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float)
     placement: Mapped[str] = mapped_column(Text, default="[]")
+    gpus: Mapped[int | None] = mapped_column(Integer)
+    """GPUs the run holds (a resized job's runs differ); None for runs stored before it was kept."""
     handle: Mapped[str | None] = mapped_column(Text)
     """The backend's Handle.data as JSON; None until the backend has started it."""
     pid: Mapped[int | None] = mapped_column(Integer)

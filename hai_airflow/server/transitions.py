@@ -83,6 +83,17 @@ def clear_reservations(s: Session, job_ids: Iterable[int]) -> None:
             changes.job_changed(s, job_id)
 
 
+def resize(
+    s: Session, job: JobRow, inst: InstanceRow, to: int, placement: Placement, grace: int, reason: str,
+    now: float,
+) -> None:
+    """A resizable job restarts at `to` workers: its new size, the GPUs it comes back on held for it,
+    and the stop with the notice (it saves, exits, and is started again on them), in one write."""
+    job.size = to
+    reserve(s, job.id, placement, now)
+    stopping(s, job, inst, "resize", grace, reason, now)
+
+
 def reserve(s: Session, job_id: int, placement: Placement, now: float) -> None:
     clear_reservations(s, [job_id])
     for w in placement:
@@ -108,6 +119,7 @@ def begin_instances(s: Session, starts: list[Start], now: float, controller: str
             job_id=start.job.id,
             created_at=now,
             placement=placement_to_json(start.placement),
+            gpus=sum(len(w.gpus) for w in start.placement),
             resume=start.resume,
             checkpoint=start.checkpoint,
             log_path="",
@@ -170,12 +182,14 @@ def stopping(
     now: float,
     preemptor: int | None = None,
 ) -> None:
-    """Record that the controller asked the instance to stop: preempt, hold (admin), cancel or timeout.
-    A job cancelled or out of time stays RUNNING until its instance ends: it is not coming back."""
+    """Record that the controller asked the instance to stop: preempt, resize, hold (admin), cancel or
+    timeout. A job cancelled or out of time stays RUNNING until its instance ends: it is not coming back."""
     inst.stop_kind, inst.stop_requested_at, inst.grace_seconds = kind, now, grace
     inst.preempted_by = preemptor
     if kind in ("cancel", "timeout"):
         event(s, job, "stopping", reason, now)
+    elif kind == "resize":
+        move(s, job, JobState.SUSPENDING, "resizing", reason, now)
     else:
         move(s, job, JobState.SUSPENDING, "suspending", reason, now)
 
@@ -204,6 +218,14 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
             JobState.SUSPENDED,
             "suspended",
             f"preempted by {by}; resumes from its latest checkpoint when GPUs free up",
+        )
+    if inst.stop_kind == "resize":
+        return Outcome(
+            "resized",
+            JobState.SUSPENDED,
+            "resized",
+            f"saved to restart at {job.current_workers} of its {job.workers} workers; it resumes from "
+            "that checkpoint on GPUs held for it",
         )
     if inst.stop_kind == "hold":
         return Outcome(

@@ -62,6 +62,10 @@ class JobBuilder:
     def workers(self, n: int) -> JobBuilder:
         return self._set(workers=n)
 
+    def resizable(self, least: int, most: int | None = None) -> JobBuilder:
+        """Resizable down to `least` workers; asked for `most` (default: the workers it has)."""
+        return self._set(min_workers=least, max_workers=most or self._job.workers)
+
     def by(self, user: str, group: str = "vision") -> JobBuilder:
         return self._set(user=user, group=group)
 

@@ -212,7 +212,8 @@ def _records(s: Session, narrow: Any, start: float, end: float) -> tuple[list[Jo
     )
     runs_q = (
         select(JobRow.user_name, JobRow.group_name, JobRow.max_schedule)
-        .add_columns(JobRow.workers * JobRow.gpus_per_worker, InstanceRow.started_at, InstanceRow.ended_at)
+        .add_columns(func.coalesce(InstanceRow.gpus, JobRow.workers * JobRow.gpus_per_worker))
+        .add_columns(InstanceRow.started_at, InstanceRow.ended_at)
         .add_columns(InstanceRow.lost_gpu_seconds)
         .join(JobRow, JobRow.id == InstanceRow.job_id)
         .where(InstanceRow.started_at < end)

@@ -284,7 +284,7 @@ def promote_job(
         require_unfinished(row, "promote")
         if row.cancel_requested:
             raise ApiError(409, f"task {job_id} is being cancelled", field="job_id", fix="Submit a new task")
-        gpus = row.workers * row.gpus_per_worker
+        gpus = row.current_workers * row.gpus_per_worker
         if not holds_high_priority(body.max_schedule, gpus):
             raise ApiError(409, f"task {job_id}: {CPU_NEVER_HIGH[0]}", field="job_id", fix=CPU_NEVER_HIGH[1])
         if not is_high(row.max_schedule):
