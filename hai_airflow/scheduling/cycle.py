@@ -246,9 +246,10 @@ class Cycle:
 
     def grow(self, job: Job) -> None:
         """A running resizable job below its size takes free GPUs in its pool (as many workers as fit),
-        unless a high-priority job waits: it would shrink the job straight back."""
-        if self.high_waiting:
-            return
+        unless a high-priority job waits (it would shrink the job straight back) or it was picked as
+        a victim earlier this cycle."""
+        if self.high_waiting or (self.candidates is not None and job.id in self.candidates.taken):
+            return  # a victim this cycle is being shrunk or suspended, not grown
         most = job.max_workers - job.workers
         if job.high:
             room = headroom(job.user, job.group, self.user_used.get(job.user, 0),

@@ -36,7 +36,7 @@ def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Dec
     if policy is None:
         raise ValueError(f"unknown scheduling policy {snapshot.policy!r}; choose one of {sorted(POLICIES)}")
     waiting = [j for j in snapshot.jobs if j.state in WAITING]
-    growing = [j for j in snapshot.jobs if j.state == JobState.RUNNING and can_grow(j)]
+    growing = [j for j in snapshot.jobs if j.state == JobState.RUNNING and can_grow(j, now)]
     if not waiting and not growing:
         return []
     cycle = Cycle.start(snapshot, policy, now, waiting, usage)

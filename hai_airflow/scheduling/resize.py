@@ -18,6 +18,11 @@ from hai_airflow.scheduling.model import Job, Placement, Shape, WorkerPlacement
 from hai_airflow.scheduling.placement import place_in_pool
 from hai_airflow.spec import JobState
 
+SETTLE_SECONDS = 30.0
+"""A job grows only once it has run this long since its last start: each resize restarts it, and a
+restart pays its start-up (loading, the rendezvous) before it trains again. Growing sooner could
+throw that away before it was earned, and a job shrunk for a short high job would thrash."""
+
 
 @dataclass(frozen=True, slots=True)
 class Cut:
@@ -78,9 +83,13 @@ def pool_of(cap: FreeCapacity, job: Job) -> str | None:
     return None
 
 
-def can_grow(job: Job) -> bool:
-    """Running below all it asked for, on a placement of its current size."""
-    return job.resizable and len(job.placement) == job.workers < job.max_workers
+def can_grow(job: Job, now: float) -> bool:
+    """Running below all it asked for, on a placement of its current size, settled since its start."""
+    return (
+        job.resizable
+        and len(job.placement) == job.workers < job.max_workers
+        and (job.started_at is None or now - job.started_at >= SETTLE_SECONDS)
+    )
 
 
 def growth(cap: FreeCapacity, job: Job, most: int) -> Placement | None:

@@ -27,6 +27,7 @@ from hai_airflow.scheduling.model import (
     Wait,
     WorkerPlacement,
 )
+from hai_airflow.scheduling.resize import SETTLE_SECONDS
 from hai_airflow.spec import JobState
 
 from .builders import T0, JobBuilder, job, node, snapshot, wp
@@ -88,6 +89,13 @@ def test_grows_back_on_free_gpus() -> None:
     decisions = plan(snapshot([node("n1")], [elastic(5, 2, 2, 4)]), T0)
     assert decisions == [Grow(5, 4, pairs("n1", 4), "grows to 4 of its 4 workers on free GPUs: n1 GPUs 4-5, "
                                                      "n1 GPUs 6-7")]
+
+
+def test_grows_only_once_settled_since_its_last_start() -> None:
+    """A restart pays its start-up: a job shrunk moments ago does not grow back yet."""
+    just_started = elastic(5, 2, 2, 4, since=T0 - SETTLE_SECONDS + 1)
+    assert plan(snapshot([node("n1")], [just_started]), T0) == []
+    assert [type(d) for d in plan(snapshot([node("n1")], [just_started]), T0 + 1)] == [Grow]
 
 
 def test_grows_as_far_as_room_allows() -> None:
@@ -202,6 +210,7 @@ def test_resize_invariants(snap: Snapshot) -> None:
             j = jobs[d.job_id]
             assert j.resizable and j.workers < d.to == len(d.placement) <= j.max_workers, "above workers"
             assert d.placement[: j.workers] == j.placement
+            assert j.started_at is not None and T0 - j.started_at >= SETTLE_SECONDS, "settled first"
             after[j.id] = d.placement
         elif isinstance(d, Suspend):
             del after[d.job_id]
