@@ -4,6 +4,10 @@ Submitted as `python3 train_distributed.py`: the platform starts one process per
 with Horovod's variables (then Horovod is used when it is installed) and torch.distributed's (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT: gloo on CPU, NCCL on GPUs). horovodrun or mpirun in
 the command work too, with the job's `processes` set to per-worker.
+
+It may be restarted at another size from its checkpoint (a resizable job): each process keeps its
+batch size, the learning rate is scaled by the new size and the run trains on the same samples in
+all, epoch after epoch of one shuffled stream sharded by rank (see hai_airflow.training.resizable).
 """
 
 from __future__ import annotations
@@ -12,12 +16,12 @@ import argparse
 import gc
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 from classifier import (
-    batch_indices,
     full_loss,
     load_data,
     make_model,
@@ -28,7 +32,19 @@ from classifier import (
 )
 from torch import nn
 
-from hai_airflow.training import Checkpointer, TrainingLoop, device, local_rank, rank, scaled_lr, size
+from hai_airflow.training import (
+    Checkpoint,
+    Checkpointer,
+    LinearScaling,
+    Progress,
+    SampleStream,
+    TrainingLoop,
+    device,
+    local_rank,
+    rank,
+    resumed_progress,
+    size,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -36,11 +52,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--data", type=Path, help=".npz from preprocess.py; generated here when omitted")
-    parser.add_argument("--steps", type=int, default=200, help="total training steps")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=200,
+        help="training steps at the first start's size; the run's length in samples is fixed then",
+    )
+    parser.add_argument(
+        "--samples", type=int, help="the run's length in samples instead (default: steps x batch x size())"
+    )
     parser.add_argument("--ckpt-every", type=int, default=20, help="checkpoint after every K steps")
     parser.add_argument("--keep", type=int, default=3)
     parser.add_argument(
-        "--batch-size", type=int, default=16, help="per process; the global batch is size() times it"
+        "--batch-size",
+        type=int,
+        default=16,
+        help="per process at every size; the global batch is size() times it",
     )
     parser.add_argument("--lr", type=float, default=0.005, help="per process; scaled by size()")
     parser.add_argument("--hidden", type=int, default=32)
@@ -124,6 +151,16 @@ class Collective:
         dist.all_gather(gathered, mine)
         return [int(v.item()) for v in gathered]
 
+    def all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """``values`` summed over the ranks (a new CPU tensor)."""
+        if self.horovod:
+            return self.hvd.allreduce(values, op=self.hvd.Sum)
+        import torch.distributed as dist
+
+        summed = values.clone().to(device()) if dist.get_backend() == "nccl" else values.clone()
+        dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+        return summed.cpu()
+
     def close(self) -> None:
         if self.horovod:
             self.hvd.shutdown()
@@ -133,24 +170,83 @@ class Collective:
         dist.destroy_process_group()
 
 
+def scaling_rule(args: argparse.Namespace, last: Checkpoint | None, world: int) -> LinearScaling:
+    """The run's rule: recorded at the first start and kept by every restart, whatever its size.
+
+    ``--steps`` counts steps at the first start's size, so the run's length in samples is fixed
+    then; a restart at another size takes more or fewer steps to train on the same samples.
+    """
+    saved = last.state.get("rule") if last is not None and isinstance(last.state, dict) else None
+    if saved is not None:
+        rule = LinearScaling(**saved)
+        differs = (
+            args.samples not in (None, rule.total_samples)
+            or args.batch_size != rule.batch_per_rank
+            or args.lr != rule.base_lr
+        )
+        if differs:
+            print(f"the checkpoint's rule wins over the command line's: {rule}", flush=True)
+        return rule
+    total = args.samples or args.steps * args.batch_size * world
+    return LinearScaling(total_samples=total, batch_per_rank=args.batch_size, base_lr=args.lr)
+
+
+def describe_start(collective: Collective, world: int, rule: LinearScaling, last: Progress | None) -> str:
+    """One line for the job's log: the world size, what it makes of the rule, and where it starts."""
+    name = "hvd.size()" if collective.horovod else "WORLD_SIZE"
+    line = (
+        f"{name}={world}: {rule.batch_per_rank} samples per rank, global batch {rule.global_batch(world)}, "
+        f"lr {rule.lr(world):g} ({rule.base_lr:g} x {world})"
+    )
+    if last is None:
+        return f"{line}; starting at sample 0 of {rule.total_samples}"
+    return (
+        f"{line}; resuming at sample {last.samples} of {rule.total_samples}, step {last.step} "
+        f"(saved at size {last.size}), {rule.steps_left(last.samples, world)} steps to go"
+    )
+
+
+def resume(
+    last: Checkpoint | None,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    rule: LinearScaling,
+    world: int,
+    seen: torch.Tensor,
+) -> tuple[Progress | None, torch.Tensor]:
+    """Load ``last`` (if any) into the model and optimizer and set the learning rate for ``world``.
+
+    Returns the checkpoint's progress (None on a first start) and how often each sample was seen.
+    """
+    resumed = None
+    if last is not None:
+        model.load_state_dict(last.state["model"])
+        optimizer.load_state_dict(last.state["optimizer"])
+        resumed = resumed_progress(last.state, last.step, rule, world)
+        seen = last.state.get("seen", seen)
+    # After loading: the optimizer's state holds the learning rate of the size that saved it.
+    for group in optimizer.param_groups:
+        group["lr"] = rule.lr(world)
+    return resumed, seen
+
+
 def train(args: argparse.Namespace, collective: Collective) -> int:
-    out = model_dir(args.model_dir)
     here = device()
     x, y = load_data(args.data, args.seed)
     x, y = x.to(here), y.to(here)
     torch.manual_seed(args.seed)
     model = make_model(x.shape[1], int(y.max()) + 1, args.hidden, dropout=0.1).to(here)
-    optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=scaled_lr(args.lr))
+    optimizer: torch.optim.Optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    me, world = rank(), size()
 
     # Every rank reads the shared model directory; only rank 0 ever writes it.
     trained, optimizer = collective.wrap(model, optimizer)
     checkpointer = Checkpointer(args.model_dir, keep=args.keep)
-    start, resumed_from = 0, None
-    if (last := checkpointer.load_latest()) is not None:
-        model.load_state_dict(last.state["model"])
-        optimizer.load_state_dict(last.state["optimizer"])
-        start = resumed_from = last.step
-    starts = collective.all_values(start)
+    last = checkpointer.load_latest()
+    rule = scaling_rule(args, last, world)
+    resumed, seen = resume(last, model, optimizer, rule, world, torch.zeros(len(x), dtype=torch.int64))
+    progress = resumed or Progress(size=world)
+    starts = collective.all_values(progress.step)
     if len(set(starts)) != 1:
         raise SystemExit(
             f"Error: ranks found different checkpoints (steps {starts}). "
@@ -158,45 +254,95 @@ def train(args: argparse.Namespace, collective: Collective) -> int:
         )
     collective.start_together(model, optimizer)
 
-    def state() -> dict[str, object]:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-
-    me, world = rank(), size()
     used = "Horovod" if collective.horovod else "torch.distributed"
     print(f"rank {me} of {world} (local rank {local_rank()}) on {used}", flush=True)
+    if me == 0:
+        print(describe_start(collective, world, rule, resumed), flush=True)
+    stream = SampleStream(len(x), args.seed)
+    seen_here = torch.zeros(len(x), dtype=torch.int64)
+
+    def state() -> dict[str, object]:
+        return {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "progress": progress.as_state(),
+            "rule": asdict(rule),
+            # How often each sample was trained on, over all ranks and sizes (a collective).
+            "seen": seen + collective.all_sum(seen_here),
+        }
+
     try:
         with TrainingLoop(checkpointer, state, every=args.ckpt_every) as loop:
-            for step in loop.steps(args.steps, start):
-                # Dropout noise is derived from (step, rank) instead of checkpointed: rank 0's
+            for _ in loop.steps(rule.total_steps(progress, world), progress.step):
+                batch = torch.tensor(
+                    stream.indices(rule.shard(progress.samples, world, me)), dtype=torch.int64
+                )
+                # Dropout noise is derived from the stream position instead of checkpointed: rank 0's
                 # generator state alone could not restore the other ranks' generators.
-                torch.manual_seed(args.seed * 1_000_003 + step * world + me)
-                batch = batch_indices(step, len(x), args.batch_size * world, args.seed)[me::world].to(here)
-                loss = nn.functional.cross_entropy(trained(x[batch]), y[batch])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                torch.manual_seed(args.seed * 1_000_003 + progress.samples + me)
+                on = batch.to(here)
+                train_step(
+                    trained, optimizer, x[on], y[on], world / rule.step_samples(progress.samples, world)
+                )
+                seen_here[batch] += 1
+                progress = rule.after_step(progress, world)
                 if args.step_sleep:
                     time.sleep(args.step_sleep)
     except SystemExit as stop:  # saved on a preemption notice
         return int(stop.code or 0)
+    report(args, collective, model, (x, y), progress, rule, resumed)
+    return 0
 
-    digest = weights_digest(model)
+
+def train_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, scale: float
+) -> None:
+    """One optimizer step on this rank's share of the global batch.
+
+    The loss is the share's sum x size / global batch: averaged over the ranks, the gradient is the
+    mean over the global batch even when a short last step splits it unevenly (or leaves a rank none).
+    """
+    loss = nn.functional.cross_entropy(model(x), y, reduction="sum") * scale
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def report(
+    args: argparse.Namespace,
+    collective: Collective,
+    model: nn.Module,
+    data: tuple[torch.Tensor, torch.Tensor],
+    progress: Progress,
+    rule: LinearScaling,
+    resumed: Progress | None,
+) -> None:
+    """Every rank's final-rank<N>.json; rank 0 also writes final.pt and the metrics file."""
+    me, world = rank(), size()
     metrics = {
-        "loss": full_loss(model, x, y),
-        "steps": args.steps,
-        "resumed_from": resumed_from,
-        "weights_sha256": digest,
+        "loss": full_loss(model, *data),
+        "steps": progress.step,
+        "samples": progress.samples,
+        "total_samples": rule.total_samples,
+        "resumed_from": resumed.step if resumed is not None else None,
+        "resumed_at_sample": resumed.samples if resumed is not None else None,
+        "lr": rule.lr(world),
+        "weights_sha256": weights_digest(model),
         "rank": me,
         "local_rank": local_rank(),
         "size": world,
         "collective": "horovod" if collective.horovod else "torch.distributed",
     }
+    out = model_dir(args.model_dir)
     write_json(out / f"final-rank{me}.json", metrics)
     if me == 0:
         write_atomically(out / "final.pt", lambda sink: torch.save(model.state_dict(), sink))
         write_json(args.metrics or out / "metrics.json", metrics)
-        print(f"done: loss {metrics['loss']:.4f} after {args.steps} steps on {world} processes", flush=True)
-    return 0
+        print(
+            f"done: loss {metrics['loss']:.4f} after {progress.step} steps, {progress.samples} samples, "
+            f"on {world} processes",
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""Helpers for training code on HAI: atomic checkpoints with auto-resume, the preemption notice, ranks."""
+"""Helpers for training code on HAI: atomic checkpoints with auto-resume, the preemption notice, ranks,
+and progress that survives a change of world size."""
 
 from hai_airflow.training.checkpointer import Checkpoint, Checkpointer
 from hai_airflow.training.distributed import (
@@ -17,11 +18,15 @@ from hai_airflow.training.preemption import (
     install_preemption_handler,
     preemption_requested,
 )
+from hai_airflow.training.resizable import LinearScaling, Progress, SampleStream, resumed_progress
 
 __all__ = [
     "EXIT_SAVED_ON_NOTICE",
     "Checkpoint",
     "Checkpointer",
+    "LinearScaling",
+    "Progress",
+    "SampleStream",
     "TrainingLoop",
     "any_rank",
     "device",
@@ -31,6 +36,7 @@ __all__ = [
     "local_size",
     "preemption_requested",
     "rank",
+    "resumed_progress",
     "scaled_lr",
     "size",
 ]
