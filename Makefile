@@ -36,6 +36,7 @@ bench: install
 	$(PY) benchmarks/sim_bench.py
 	$(PY) benchmarks/forecast_bench.py
 	$(PY) benchmarks/forecast_accuracy.py
+	$(PY) benchmarks/resize_sim.py
 	$(PY) benchmarks/cycle_bench.py
 	$(PY) benchmarks/server_bench.py
 	$(PY) benchmarks/standby_bench.py

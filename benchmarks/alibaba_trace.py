@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import os
 import subprocess
 import sys
 import zlib
@@ -129,6 +130,33 @@ def write_trace(source: Path, out: Path, conversion: Conversion = Conversion()) 
         jobs.writeheader()
         jobs.writerows(rows)
     return nodes_path, jobs_path, offered_load(rows, conversion.nodes * GPUS_PER_NODE)
+
+
+ALIBABA_ENV = "HAI_ALIBABA_TRACE"
+"""Where the benchmarks look for the pod list when `--alibaba` is not given."""
+
+
+def alibaba_source(given: Path | None) -> Path | None:
+    """The pod list (or a clone of its repository) given, else the one ALIBABA_ENV names; None if neither."""
+    for candidate in (given, os.environ.get(ALIBABA_ENV)):
+        if candidate and Path(candidate).exists():
+            return Path(candidate)
+    return None
+
+
+def alibaba_trace(given: Path | None, scratch: Path) -> tuple[str, Path, Path] | None:
+    """The trace's nodes and jobs files written under `scratch`, with a label saying how it was converted;
+    None, having said so, when no pod list is found."""
+    source = alibaba_source(given)
+    if source is None:
+        print("\nalibaba: skipped, no pod list found. Give --alibaba PATH (openb_pod_list_default.csv "
+              "of github.com/alibaba/clusterdata cluster-trace-gpu-v2023, or a clone of that repository)")
+        return None
+    conversion = Conversion()
+    nodes, jobs, load = write_trace(source, scratch / "alibaba", conversion)
+    label = (f"alibaba cluster-trace-gpu-v2023 (arrivals compressed {conversion.compress:g}x, "
+             f"offered load {load:.2f})")
+    return label, nodes, jobs
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))  # this checkout's code, not whichever one is inst
 
 from hai_airflow.scheduling import POLICIES  # noqa: E402
 from hai_airflow.scheduling.model import Decision, Wait  # noqa: E402
-from hai_airflow.sim import load_trace  # noqa: E402
+from hai_airflow.sim import load_trace, with_resizable_share  # noqa: E402
 from hai_airflow.sim.engine import Simulator  # noqa: E402
 
 RECORDED = Path(__file__).with_name("decisions.json")
@@ -40,6 +40,8 @@ class Case:
     trace: TraceSpec
     suspend_delay: float = 0.0
     cycle_interval: float = 0.0
+    resizable_share: float = 0.0
+    """A share of the multi-worker jobs made resizable to half their workers (`hai sim --resizable-share`)."""
 
 
 SMALL = (
@@ -47,6 +49,8 @@ SMALL = (
     Case("300x30-load3-high50", TraceSpec(jobs=300, nodes=30, seed=2, load=3.0, high_share=0.5)),
     Case("400x20-load2-delay", TraceSpec(jobs=400, nodes=20, seed=3, load=2.0), suspend_delay=60.0),
     Case("600x60-load1.5-tick", TraceSpec(jobs=600, nodes=60, seed=4, load=1.5), cycle_interval=30.0),
+    Case("400x20-load2-resizable", TraceSpec(jobs=400, nodes=20, seed=5, load=2.0, high_share=0.3),
+         suspend_delay=30.0, resizable_share=0.8),
 )
 """Fast enough for the test suite (a few seconds for every policy)."""
 
@@ -60,6 +64,8 @@ LARGE = (
 def digest(case: Case, policy: str, scratch: Path) -> tuple[str, int]:
     """sha256 over every cycle's time and decisions (ids, placements, reasons); and the cycle count."""
     trace = load_trace(*write_trace(case.trace, scratch / case.name))
+    if case.resizable_share:
+        trace = with_resizable_share(trace, case.resizable_share)
     h = hashlib.sha256()
     cycles = 0
 

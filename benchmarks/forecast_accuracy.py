@@ -4,7 +4,6 @@ production GPU trace, printed as the table docs/simulator.md publishes (median a
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
@@ -12,8 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from alibaba_trace import Conversion
-from alibaba_trace import write_trace as write_alibaba
+from alibaba_trace import ALIBABA_ENV, alibaba_trace
 from gen_trace import TraceSpec, write_trace
 from machine import speed_line
 
@@ -29,7 +27,6 @@ from hai_airflow.sim.sampler import (  # noqa: E402
     replay_with_forecasts,
 )
 
-ALIBABA_ENV = "HAI_ALIBABA_TRACE"
 """Where the Alibaba pod list is when --alibaba is not given: the CSV, or a clone or mirror of the repo."""
 FIGURES: tuple[tuple[str, Callable[[ForecastAccuracy], float | None], Callable[[float], str]], ...] = (
     ("median abs. error", lambda a: a.median_abs_error_s, duration),
@@ -80,13 +77,6 @@ def measure(name: str, trace: Trace, policy: str, runs: int) -> None:
     print_table(tables)
 
 
-def alibaba_source(given: Path | None) -> Path | None:
-    for candidate in (given, os.environ.get(ALIBABA_ENV)):
-        if candidate and Path(candidate).exists():
-            return Path(candidate)
-    return None
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
@@ -107,16 +97,10 @@ def main(argv: list[str] | None = None) -> None:
             paths = write_trace(spec, Path(scratch) / "synthetic")
             label = f"synthetic (gen_trace.py seed {spec.seed}, load {spec.load})"
             measure(label, load_trace(*paths), args.policy, args.runs)
-        source = alibaba_source(args.alibaba)
-        if source is None:
-            print("\nalibaba: skipped, no pod list found. Give --alibaba PATH (openb_pod_list_default.csv "
-                  "of github.com/alibaba/clusterdata cluster-trace-gpu-v2023, or a clone of that repository)")
-            return
-        conversion = Conversion()
-        nodes, jobs, load = write_alibaba(source, Path(scratch) / "alibaba", conversion)
-        label = (f"alibaba cluster-trace-gpu-v2023 (arrivals compressed {conversion.compress:g}x, "
-                 f"offered load {load:.2f})")
-        measure(label, load_trace(nodes, jobs), args.policy, args.runs)
+        found = alibaba_trace(args.alibaba, Path(scratch))
+        if found is not None:
+            label, nodes, jobs = found
+            measure(label, load_trace(nodes, jobs), args.policy, args.runs)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from hai_airflow.sim import (
     load_trace,
     simulate,
     summarize,
+    with_resizable_share,
 )
 from hai_airflow.sim.accuracy import ForecastAccuracy, accuracy_table
 from hai_airflow.sim.sampler import DEFAULT_EVERY_SECONDS, DEFAULT_TIME_LIMIT_SECONDS, replay_with_forecasts
@@ -71,7 +72,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("low queue p95", lambda s: _seconds(s.low_queue_p95_s), "right"),
     Column("completion time p50", lambda s: _seconds(s.jct_p50_s), "right"),
     Column("completion time p95", lambda s: _seconds(s.jct_p95_s), "right"),
+    Column("low completion time p50", lambda s: _seconds(s.low_jct_p50_s), "right"),
+    Column("low completion time p90", lambda s: _seconds(s.low_jct_p90_s), "right"),
     Column("suspensions", lambda s: s.suspensions, "right"),
+    Column("shrinks", lambda s: s.shrinks, "right"),
+    Column("grows", lambda s: s.grows, "right"),
     Column("lost GPU-hours", lambda s: f"{s.lost_gpu_hours:.2f}", "right"),
     Column("planner cycles", lambda s: s.planner_cycles, "right"),
     Column("planner time/cycle median", lambda s: _ms(s.planner_ms_median), "right"),
@@ -170,8 +175,9 @@ def sim(
         typer.Option(
             "--jobs",
             help="CSV of jobs: job_id,submit_time,duration,workers,gpus_per_worker,gpu_type,max_schedule,"
-            "group,user,cpus,memory_gb and optionally elastic. Seconds; max_schedule hours (0 = low "
-            "priority); empty gpu_type = any; cpus/memory_gb per worker.",
+            "group,user,cpus,memory_gb and optionally elastic and min_workers (a resizable job's least "
+            "workers). Seconds; max_schedule hours (0 = low priority); empty gpu_type = any; "
+            "cpus/memory_gb per worker.",
             show_default=False,
         ),
     ],
@@ -199,7 +205,10 @@ def sim(
     suspend_delay: Annotated[
         float,
         typer.Option(
-            "--suspend-delay", min=0, help="Seconds a suspended job keeps its GPUs before they are free."
+            "--suspend-delay",
+            min=0,
+            help="Seconds a suspended or resized job keeps its GPUs before they are free (a resized one "
+            "then restarts at its new size, and those seconds count as lost).",
         ),
     ] = 0.0,
     cycle_interval: Annotated[
@@ -211,6 +220,20 @@ def sim(
             "time (exact). A few seconds to a minute makes long traces much faster to replay.",
         ),
     ] = 0.0,
+    resizable_share: Annotated[
+        float,
+        typer.Option(
+            "--resizable-share",
+            min=0,
+            max=1,
+            help="Make this share (0..1) of the multi-worker GPU jobs resizable down to half their "
+            "workers (min_workers), picked by --resizable-seed; the other jobs keep the file's "
+            "min_workers. A resize restarts the job at its new size after --suspend-delay.",
+        ),
+    ] = 0.0,
+    resizable_seed: Annotated[
+        int, typer.Option("--resizable-seed", help="Seed of the jobs --resizable-share picks.")
+    ] = 1,
     forecast: Annotated[
         bool,
         typer.Option(
@@ -253,6 +276,7 @@ def sim(
         trace = load_trace(nodes, jobs, config)
     except TraceError as error:
         usage_error(f"{error}. Fix the file and run again")
+    trace = with_resizable_share(trace, resizable_share, resizable_seed)
     if forecast:
         options = {"checkpoint_interval": checkpoint_interval, "suspend_delay": suspend_delay,
                    "cycle_interval": cycle_interval, "every": forecast_every,

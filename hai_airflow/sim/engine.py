@@ -12,12 +12,14 @@ from hai_airflow.scheduling import high_priority_allowed, plan
 from hai_airflow.scheduling.model import (
     Admit,
     Decision,
+    Grow,
     Job,
     Node,
     Placement,
     Reject,
     Reservation,
     Reserve,
+    Shrink,
     Snapshot,
     Suspend,
 )
@@ -56,6 +58,8 @@ class JobOutcome:
     run_seconds: float = 0.0
     """Seconds the job held its placement over its ended runs, lost work included (what a server's
     history records as its runtime)."""
+    shrinks: int = 0
+    grows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,11 @@ class _Live:
     suspended_seconds: float = 0.0
     last_checkpoint_at: float | None = None
     generation: int = 0
-    """Bumped on every suspension so the run's pending events are recognised as stale."""
+    """Bumped on every suspension and resize so the run's pending events are recognised as stale."""
+    size: int = 0
+    """Workers it runs at now, or restarts or resumes at next (below the trace's after a shrink)."""
+    restart_on: Placement | None = None
+    """Where a resizing job restarts once its notice delay is over; None when not resizing."""
 
 
 class Simulator:
@@ -92,6 +100,10 @@ class Simulator:
     A job's `cpus`/`memory_gb` are per worker. A suspended job keeps the work up to its last
     checkpoint (one every `checkpoint_interval` seconds of each run; 0 = never checkpoints) or
     all of it if elastic, and its GPUs are freed `suspend_delay` seconds after the decision.
+    A resizable job (the trace's `min_workers`) shrunk or grown keeps its work the same way and
+    restarts at its new size on the decision's placement `suspend_delay` seconds later, when the
+    workers it gives up are freed; those seconds on the GPUs it held count as lost. Work scales
+    linearly: at `size` of its `workers` workers a job does size/workers of a second's work a second.
     The planner runs at every event time, or with `cycle_interval` > 0 only at multiples of it
     (like a controller that plans on a timer), which trades admission-time precision for speed.
 
@@ -136,6 +148,8 @@ class Simulator:
         """The planner's view of every unfinished job, kept by the events below."""
         self._waiting: set[int] = set()
         self._high: set[int] = set()
+        self._growable: set[int] = set()
+        """Running resizable jobs below their size: the planner may grow them when GPUs free."""
         self._events: list[tuple[float, int, int, int, int]] = []
         self._checkpoints: list[tuple[float, int, int, int]] = []
         """(due time, job id, generation, checkpoint number within the run)."""
@@ -170,7 +184,7 @@ class Simulator:
                     self._next_tick = None
             if self.progress is not None:
                 self.progress(now, self._finished)
-            if not self._waiting:
+            if not self._waiting and not self._growable:
                 continue
             if self.cycle_interval > 0 and not ticked:
                 self._schedule_tick(now)
@@ -234,6 +248,8 @@ class Simulator:
                 self._reserve(decision)
             elif isinstance(decision, Reject):
                 self._reject(decision)
+            elif isinstance(decision, Shrink | Grow):
+                self._resize(decision, now)
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -243,7 +259,7 @@ class Simulator:
         max_schedule = 0 if downgraded else job.max_schedule
         out = JobOutcome(job=job, high=is_high(max_schedule), downgraded=downgraded)
         self._outcomes.append(out)
-        live = _Live(out=out, max_schedule=max_schedule)
+        live = _Live(out=out, max_schedule=max_schedule, size=job.workers)
         self._live[job.id] = live
         self._waiting.add(job.id)
         if out.high:
@@ -263,6 +279,9 @@ class Simulator:
         live = self._live[job_id]
         if live.generation != generation or live.state != JobState.SUSPENDING:
             return
+        if live.restart_on is not None:
+            self._restart(live, now)
+            return
         self._free_gpus(live, now)
         live.state = JobState.SUSPENDED
         live.suspended_at = now
@@ -275,38 +294,79 @@ class Simulator:
         live = self._known(decision.job_id, decision)
         if live.state not in (JobState.PENDING, JobState.SUSPENDED):
             raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
-        self._take_gpus(live.out.job, decision)
+        self._take_gpus(live.out.job, decision.placement, live.size, decision)
         if live.suspended_at is not None:
             live.suspended_seconds += now - live.suspended_at
             live.suspended_at = None
         if live.out.first_started_at is None:
             live.out.first_started_at = now
+        self._start_run(live, decision.placement, now)
+
+    def _start_run(self, live: _Live, placement: Placement, now: float) -> None:
+        """Run on `placement` from `now` (GPUs taken) until the work left is done at the job's size."""
+        job = live.out.job
         live.state = JobState.RUNNING
         live.run_started_at = now
-        live.placement = decision.placement
-        self._waiting.discard(decision.job_id)
-        self._state.reservation_cleared(decision.job_id)
-        remaining = live.out.job.duration - live.work_kept
-        self._push(now + remaining, _FINISH, decision.job_id, live.generation)
+        live.placement = placement
+        self._waiting.discard(job.id)
+        self._state.reservation_cleared(job.id)
+        remaining = _seconds_for(job, live.size, job.duration - live.work_kept)
+        self._push(now + remaining, _FINISH, job.id, live.generation)
         if self.checkpoint_interval > 0:
             due = now + self.checkpoint_interval
-            heapq.heappush(self._checkpoints, (due, decision.job_id, live.generation, 1))
+            heapq.heappush(self._checkpoints, (due, job.id, live.generation, 1))
+        if job.resizable and live.size < job.workers:
+            self._growable.add(job.id)
         self._show(live)
 
     def _suspend(self, decision: Suspend, now: float) -> None:
         live = self._known(decision.job_id, decision)
         if live.state != JobState.RUNNING:
             raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not running")
+        self._stop_run(live, now)
+        live.out.suspensions += 1
+        self._push(now + self.suspend_delay, _RELEASE, decision.job_id, live.generation)
+        self._show(live)
+
+    def _stop_run(self, live: _Live, now: float) -> None:
+        """The job got the notice: it keeps the work saved by then, holding its GPUs (SUSPENDING)."""
         job = live.out.job
         ran = now - live.run_started_at
         kept = ran if job.elastic else self._checkpointed(ran)
-        live.work_kept += kept
-        live.out.lost_gpu_seconds += (ran - kept) * job.total_gpus
-        live.out.suspensions += 1
+        live.work_kept += _work_done(job, live.size, kept)
+        live.out.lost_gpu_seconds += (ran - kept) * len(live.placement) * job.gpus_per_worker
         live.generation += 1
         live.state = JobState.SUSPENDING
-        self._push(now + self.suspend_delay, _RELEASE, decision.job_id, live.generation)
+        self._growable.discard(job.id)
+
+    def _resize(self, decision: Shrink | Grow, now: float) -> None:
+        """Notice now; `suspend_delay` later the job restarts at `decision.to` workers (`_restart`)."""
+        live = self._known(decision.job_id, decision)
+        if live.state != JobState.RUNNING:
+            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not running")
+        _check_resize(live, decision)
+        self._stop_run(live, now)
+        job = live.out.job
+        live.out.lost_gpu_seconds += self.suspend_delay * len(live.placement) * job.gpus_per_worker
+        if isinstance(decision, Shrink):
+            live.out.shrinks += 1
+        else:
+            live.out.grows += 1
+        live.size = decision.to
+        live.restart_on = decision.placement
+        # The GPUs it restarts on are held for it meanwhile, as the server holds them.
+        self._state.reserved(job.id, (Reservation(job.id, w.node, w.gpus) for w in decision.placement))
+        self._push(now + self.suspend_delay, _RELEASE, job.id, live.generation)
         self._show(live)
+
+    def _restart(self, live: _Live, now: float) -> None:
+        """The notice delay is over: the workers given up are freed and the job runs at its new size."""
+        placement = live.restart_on
+        assert placement is not None
+        live.restart_on = None
+        self._free_gpus(live, now)
+        self._take_gpus(live.out.job, placement, live.size, f"restart of job {live.out.job.id}")
+        self._start_run(live, placement, now)
 
     def _reserve(self, decision: Reserve) -> None:
         self._known(decision.job_id, decision)
@@ -354,10 +414,10 @@ class Simulator:
             heapq.heappush(self._checkpoints, (due, job_id, generation, count + 1))
             self._show(live)
 
-    def _take_gpus(self, job: TraceJob, decision: Admit) -> None:
-        if len(decision.placement) != job.workers:
-            raise SimulationError(f"{decision}: {job.workers} workers expected")
-        for worker in decision.placement:
+    def _take_gpus(self, job: TraceJob, placement: Placement, workers: int, decision: object) -> None:
+        if len(placement) != workers:
+            raise SimulationError(f"{decision}: {workers} workers expected")
+        for worker in placement:
             free = self._free.get(worker.node)
             if free is None:
                 raise SimulationError(f"{decision}: no node {worker.node!r}")
@@ -370,12 +430,14 @@ class Simulator:
     def _free_gpus(self, live: _Live, now: float) -> None:
         for worker in live.placement:
             self._free[worker.node].update(worker.gpus)
-        live.out.gpu_seconds += (now - live.run_started_at) * live.out.job.total_gpus
+        held = len(live.placement) * live.out.job.gpus_per_worker
+        live.out.gpu_seconds += (now - live.run_started_at) * held
         live.out.run_seconds += now - live.run_started_at
         live.placement = ()
 
     def _forget(self, job_id: int) -> None:
         del self._live[job_id]
+        self._growable.discard(job_id)
         self._state.job_left(job_id)
         self._state.reservation_cleared(job_id)
         self._waiting.discard(job_id)
@@ -392,7 +454,7 @@ class Simulator:
             state=live.state,
             max_schedule=live.max_schedule,
             submitted_at=job.submit_time,
-            workers=job.workers,
+            workers=live.size,
             gpus_per_worker=job.gpus_per_worker,
             cpus_per_worker=job.cpus,
             memory_gb_per_worker=job.memory_gb,
@@ -404,6 +466,8 @@ class Simulator:
             preemptions=live.out.suspensions,
             last_checkpoint_at=live.last_checkpoint_at,
             elastic=job.elastic,
+            min_workers=(job.min_workers or 0) if job.resizable else 0,
+            max_workers=job.workers if job.resizable else 0,
         ))
 
     def _quota_allows(self, job: TraceJob) -> bool:
@@ -411,6 +475,33 @@ class Simulator:
         high_views = (self._state.jobs[i] for i in self._high)
         verdict = high_priority_allowed(job.user, job.group, job.total_gpus, high_views, self.trace.quota)
         return verdict.allowed
+
+
+def _work_done(job: TraceJob, size: int, seconds: float) -> float:
+    """Seconds of the job's work (its duration at all its workers) done in `seconds` at `size` workers."""
+    return seconds if size == job.workers else seconds * size / job.workers
+
+
+def _seconds_for(job: TraceJob, size: int, work: float) -> float:
+    """Seconds `size` workers take for `work` seconds of the job's work (linear scaling)."""
+    return work if size == job.workers else work * job.workers / size
+
+
+def _check_resize(live: _Live, decision: Shrink | Grow) -> None:
+    """A resize within the job's bounds that keeps its workers (a shrink) or adds to them (a grow)."""
+    job, to = live.out.job, decision.to
+    if not job.resizable or job.min_workers is None:
+        raise SimulationError(f"{decision}: job {job.id} is not resizable")
+    if not job.min_workers <= to <= job.workers:
+        raise SimulationError(f"{decision}: {to} workers is outside {job.min_workers}..{job.workers}")
+    if len(decision.placement) != to:
+        raise SimulationError(f"{decision}: {len(decision.placement)} placements for {to} workers")
+    shrink = isinstance(decision, Shrink)
+    if (to < live.size) != shrink or to == live.size:
+        raise SimulationError(f"{decision}: job {job.id} runs at {live.size} workers")
+    fewer, more = (decision.placement, live.placement) if shrink else (live.placement, decision.placement)
+    if not set(fewer) <= set(more):
+        raise SimulationError(f"{decision}: the placement does not keep the job's own workers")
 
 
 def simulate(

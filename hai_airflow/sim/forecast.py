@@ -14,13 +14,17 @@ from hai_airflow.scheduling.model import (
     WAITING,
     Admit,
     Decision,
+    Grow,
+    Placement,
     Reject,
     Reservation,
     Reserve,
+    Shrink,
     Snapshot,
     Suspend,
     Wait,
 )
+from hai_airflow.scheduling.resize import resizing
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.spec import JobState
 
@@ -92,6 +96,8 @@ class _Run:
             self.run(job.id, now)
         elif isinstance(decision, Suspend):
             self.suspend(decision.job_id, now)
+        elif isinstance(decision, Shrink | Grow):
+            self.resize(decision.job_id, decision.to, decision.placement, now)
         elif isinstance(decision, Reserve):
             held = (Reservation(decision.job_id, w.node, w.gpus) for w in decision.placement)
             state.reserved(decision.job_id, held)
@@ -100,14 +106,30 @@ class _Run:
             state.reservation_cleared(decision.job_id)
 
     def suspend(self, job_id: int, now: float) -> None:
-        """The job waits again at once, keeping the work it did (as if it had just checkpointed)."""
+        """The job waits again at once, keeping the work it did (as if it had just checkpointed).
+
+        One stopping to restart at a new size (`resizing`) is not a suspension: it waits for its
+        reserved GPUs, its work left stretched (or shrunk) to its new size."""
         job = self.state.jobs[job_id]
-        self.left[job_id] = max(self.left.get(job_id, 0.0) - (now - self.began.get(job_id, now)), 0.0)
+        left = max(self.left.get(job_id, 0.0) - (now - self.began.get(job_id, now)), 0.0)
+        restarting = resizing(job)
+        self.left[job_id] = left * len(job.placement) / job.workers if restarting else left
         self.generation[job_id] = self.generation.get(job_id, 0) + 1
         self.state.job_changed(replace(job, state=JobState.SUSPENDED, started_at=None, placement=(),
                                        suspended_at=now, preemptions=job.preemptions + 1))
-        if job_id in self.running_low:
+        if job_id in self.running_low and not restarting:
             self.suspensions.setdefault(job_id, now)
+
+    def resize(self, job_id: int, to: int, placement: Placement, now: float) -> None:
+        """The job restarts at once at `to` workers on `placement`; the work it has left takes
+        proportionally longer (or shorter) at its new size."""
+        job = self.state.jobs[job_id]
+        left = max(self.left.get(job_id, 0.0) - (now - self.began.get(job_id, now)), 0.0)
+        self.left[job_id] = left * job.workers / to
+        self.generation[job_id] = self.generation.get(job_id, 0) + 1
+        self.state.job_changed(replace(job, workers=to, placement=placement, started_at=now))
+        self.state.reservation_cleared(job_id)
+        self.run(job_id, now)
 
     def end_until(self, until: float) -> float:
         """Jobs whose estimated end is at or before `until` leave the copy; the last of those ends
@@ -165,7 +187,7 @@ def forecast(
         acts = [d for d in decisions if type(d) is not Wait]  # most of a long queue only waits
         for d in acts:
             forward.apply(d, t)
-        if any(isinstance(d, Suspend) for d in acts) and again < REPLANS_AT_ONCE:
+        if any(isinstance(d, Suspend | Shrink) for d in acts) and again < REPLANS_AT_ONCE:
             again += 1
             continue  # the victims have left: their preemptors start in the next plan
         if not forward.ends:

@@ -49,8 +49,15 @@ class SimSummary(BaseModel):
     low_queue_p95_s: float | None = _figure("Low priority: 95th percentile queueing seconds.")
     jct_p50_s: float | None = _figure("Median job completion time (submission to completion), seconds.")
     jct_p95_s: float | None = _figure("95th percentile job completion time, seconds.")
+    low_jct_p50_s: float | None = _figure("Low priority: median job completion time, seconds.")
+    low_jct_p90_s: float | None = _figure("Low priority: 90th percentile job completion time, seconds.")
     suspensions: int = _figure("Suspensions (preemptions) of low-priority jobs.")
-    lost_gpu_hours: float = _figure("GPU-hours of work thrown away by suspensions (since last checkpoint).")
+    shrinks: int = _figure("Resizable jobs shrunk to fewer workers for a high-priority job.")
+    grows: int = _figure("Resizable jobs grown back on free GPUs.")
+    lost_gpu_hours: float = _figure(
+        "GPU-hours thrown away: work since the last checkpoint of suspended jobs, and the restart delay "
+        "on the GPUs a resized job held."
+    )
     planner_cycles: int = _figure("Calls to the planner.")
     planner_ms_median: float | None = _figure("Median wall-clock milliseconds per planner call.")
     planner_ms_max: float | None = _figure("Slowest planner call, milliseconds.")
@@ -77,6 +84,9 @@ def summarize(run: SimRun) -> SimSummary:
         and o.first_started_at <= deadline_at(o.job.submit_time, o.job.max_schedule)
     )
     jct = sorted(o.finished_at - o.job.submit_time for o in finished if o.finished_at is not None)
+    low_jct = sorted(
+        o.finished_at - o.job.submit_time for o in finished if not o.high and o.finished_at is not None
+    )
     first_submit = min((o.job.submit_time for o in run.outcomes), default=0.0)
     makespan = max((o.finished_at for o in finished if o.finished_at is not None), default=first_submit)
     makespan -= first_submit
@@ -100,7 +110,11 @@ def summarize(run: SimRun) -> SimSummary:
         low_queue_p95_s=percentile(low_queue, 95),
         jct_p50_s=percentile(jct, 50),
         jct_p95_s=percentile(jct, 95),
+        low_jct_p50_s=percentile(low_jct, 50),
+        low_jct_p90_s=percentile(low_jct, 90),
         suspensions=sum(o.suspensions for o in run.outcomes),
+        shrinks=sum(o.shrinks for o in run.outcomes),
+        grows=sum(o.grows for o in run.outcomes),
         lost_gpu_hours=sum(o.lost_gpu_seconds for o in run.outcomes) / 3600,
         planner_cycles=len(cycles_ms),
         planner_ms_median=percentile(cycles_ms, 50),

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
+import random
 import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,6 +31,8 @@ JOB_COLUMNS = (
     "memory_gb",
 )
 OPTIONAL_JOB_COLUMNS = ("elastic",)
+RESIZE_COLUMNS = ("min_workers",)
+"""Optional column of a resizable job: the fewest workers it may be shrunk to (empty = never resizes)."""
 ESTIMATE_COLUMNS = ("time_limit", "task_name")
 """Optional columns a runtime estimate reads (`hai sim --forecast`): the job's time limit in seconds and
 its task name (history is kept per user and task name); empty = none."""
@@ -70,10 +73,17 @@ class TraceJob:
     time_limit: float | None = None
     """Seconds the job may run at most (`--time-limit`); never below `duration`."""
     task_name: str = ""
+    min_workers: int | None = None
+    """A resizable job's least workers (1..workers); None for one that never resizes."""
 
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def resizable(self) -> bool:
+        """It may run at fewer workers than it asks for, as `DistributedJobSpec.resizable`."""
+        return self.min_workers is not None and self.min_workers < self.workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,14 +251,31 @@ def _job(path: Path, line: int, row: dict[str, str]) -> TraceJob:
         problem = f"{job.time_limit:g} s is below the duration {job.duration:g} s"
         raise TraceError(path, line, "time_limit", problem,
                          "A job runs its whole duration here: give a limit at least as long")
+    if row.get("min_workers"):
+        least = get("min_workers", _int_at_least(1), "an integer >= 1 (or empty)")
+        return _resizable(path, line, job, least, explicit_elastic=bool(row.get("elastic")))
     return job
+
+
+def _resizable(path: Path, line: int, job: TraceJob, least: int, explicit_elastic: bool) -> TraceJob:
+    """The job with its `min_workers`, checked as the platform checks a spec's; it implies elastic."""
+    if job.workers < 2 or job.gpus_per_worker < 1:
+        raise TraceError(path, line, "min_workers", "only a job of several GPU workers resizes",
+                         "Leave min_workers empty for a single-worker or CPU job")
+    if least > job.workers:
+        raise TraceError(path, line, "min_workers", f"{least} is more than workers ({job.workers})",
+                         "Give min_workers between 1 and workers")
+    if explicit_elastic and not job.elastic:
+        raise TraceError(path, line, "elastic", "false, but a resizable job (min_workers) saves on notice",
+                         "Leave elastic empty or true (min_workers implies it), or min_workers empty")
+    return replace(job, min_workers=least, elastic=True)
 
 
 def load_jobs(path: Path) -> tuple[TraceJob, ...]:
     """Parse JOBS.csv; the result is in submit order (ties by job id)."""
     jobs: list[TraceJob] = []
     seen: set[int] = set()
-    for line, row in _rows(path, JOB_COLUMNS, OPTIONAL_JOB_COLUMNS + ESTIMATE_COLUMNS):
+    for line, row in _rows(path, JOB_COLUMNS, OPTIONAL_JOB_COLUMNS + RESIZE_COLUMNS + ESTIMATE_COLUMNS):
         job = _job(path, line, row)
         if job.id in seen:
             raise TraceError(path, line, "job_id", f"job {job.id} appears twice")
@@ -287,3 +314,29 @@ def load_quota(path: Path | None) -> Quota:
 
 def load_trace(nodes: Path, jobs: Path, quotas: Path | None = None) -> Trace:
     return Trace(load_nodes(nodes), load_jobs(jobs), load_quota(quotas))
+
+
+def half_size(workers: int) -> int:
+    """The least workers `--resizable-share` gives a job: half of them, at least one."""
+    return max(1, workers // 2)
+
+
+def with_resizable_share(trace: Trace, share: float, seed: int = 1) -> Trace:
+    """The trace with `share` (0..1) of its multi-worker GPU jobs made resizable down to half their
+    workers (and elastic); the others keep what the file says.
+
+    The jobs are the first round(share x n) of those jobs shuffled by `seed`, so the same seed always
+    picks the same jobs and a larger share adds jobs to a smaller one's. Share 0 returns `trace` itself.
+    """
+    if not 0 <= share <= 1:
+        raise ValueError(f"share must be between 0 and 1, not {share!r}")
+    candidates = sorted(j.id for j in trace.jobs if j.workers > 1 and j.gpus_per_worker > 0)
+    random.Random(seed).shuffle(candidates)
+    chosen = set(candidates[: round(share * len(candidates))])
+    if not chosen:
+        return trace
+    jobs = tuple(
+        replace(j, min_workers=half_size(j.workers), elastic=True) if j.id in chosen else j
+        for j in trace.jobs
+    )
+    return replace(trace, jobs=jobs)

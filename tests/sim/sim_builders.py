@@ -41,6 +41,10 @@ class JobBuilder:
     def elastic(self, on: bool = True) -> JobBuilder:
         return JobBuilder(replace(self.spec, elastic=on))
 
+    def resizable(self, min_workers: int) -> JobBuilder:
+        """Resizable down to `min_workers` (and elastic, as a resizable job always is)."""
+        return JobBuilder(replace(self.spec, min_workers=min_workers, elastic=True))
+
     def using(self, cpus: float, memory_gb: float) -> JobBuilder:
         """CPUs and memory per worker."""
         return JobBuilder(replace(self.spec, cpus=cpus, memory_gb=memory_gb))

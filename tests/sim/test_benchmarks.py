@@ -146,3 +146,28 @@ def test_forecast_accuracy_prints_both_tables(benchmarks_on_path, tmp_path, caps
     assert "synthetic (gen_trace.py seed 1" in out and "alibaba cluster-trace-gpu-v2023" in out
     assert out.count("the figures are the same in every run (deterministic)") == 2
     assert out.count("| low | slurm-style |") == 2 and out.count("| high | unknown |") == 2
+
+
+def test_resize_sim_prints_a_row_per_policy_and_share(benchmarks_on_path, tmp_path, capsys):
+    import resize_sim
+
+    source = tmp_path / "pods.csv"
+    source.write_text("\n".join([POD_HEADER, *PODS]) + "\n")
+
+    resize_sim.main(["--jobs", "60", "--nodes", "3", "--load", "2", "--alibaba", str(source)])
+
+    out = capsys.readouterr().out
+    assert "synthetic (gen_trace.py seed 1, load 2)" in out and "alibaba cluster-trace-gpu-v2023" in out
+    assert out.count("| policy | resizable share |") == 2
+    assert out.count("| seed | 0.5 |") == 2 and out.count("| fifo | 0 |") == 2
+    # Alibaba's pods are single workers: nothing to make resizable, said so.
+    assert "--resizable-share has nothing to mark" in out
+
+
+def test_resize_sim_says_when_the_alibaba_trace_is_missing(benchmarks_on_path, monkeypatch, capsys):
+    import resize_sim
+
+    monkeypatch.delenv("HAI_ALIBABA_TRACE", raising=False)
+    resize_sim.main(["--jobs", "20", "--nodes", "2", "--policies", "seed", "--shares", "0"])
+
+    assert "alibaba: skipped, no pod list found" in capsys.readouterr().out
