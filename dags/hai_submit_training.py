@@ -52,6 +52,7 @@ with DAG(
     submit_distributed = HaiDistributedTrainingOperator(
         task_id="submit_distributed",
         workers="{{ params.workers }}",
+        min_workers="{{ params.min_workers or '' }}",
         worker_image="{{ params.worker_image or '' }}",
         worker_resource_pkg="{{ params.worker_resource_pkg }}",
         **common_args,

@@ -674,8 +674,30 @@ class JobShapeView(_View):
     max_schedule: int
     gpus: int = Field(description="Total GPUs (workers x GPUs per worker).")
     gpu_type: str | None
-    workers: int
+    workers: int = Field(description="Workers it asked for (1 unless distributed).")
+    min_workers: int | None = Field(
+        default=None,
+        description="A resizable job's least workers: it may be shrunk down to these instead of suspended, "
+        "and grows back to `workers` when GPUs free. Null: it never resizes.",
+    )
+    size: int = Field(
+        description="Workers it runs at now (or resumes at): `workers` unless it was shrunk. `gpus` stays "
+        "what it asked for."
+    )
     submitted_at: datetime
+
+    @model_validator(mode="before")
+    @classmethod
+    def _size_defaults_to_workers(cls, data: Any) -> Any:
+        """A view without `size` (from a server before resizing existed) runs at all it asked for."""
+        if isinstance(data, dict) and data.get("size") is None and "workers" in data:
+            return {**data, "size": data["workers"]}
+        return data
+
+    @property
+    def resized(self) -> bool:
+        """It runs (or resumes) at fewer workers than it asked for."""
+        return self.size != self.workers
 
 
 class JobView(JobShapeView):

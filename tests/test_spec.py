@@ -19,7 +19,9 @@ from hai_airflow.spec import (
     CpuJobSpec,
     DistributedJobSpec,
     GroupConfig,
+    JobView,
     NodeConfig,
+    OtherJobView,
     StandaloneJobSpec,
     SubmitRequest,
     UserConfig,
@@ -198,3 +200,72 @@ def test_the_json_schema_states_the_limits() -> None:
     assert props["env"]["maxProperties"] == MAX_ENV_VARS
     assert props["env"]["propertyNames"]["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$"
     assert props["project_storage"]["maxItems"] == MAX_PROJECT_STORAGES
+
+
+# ---- resizable distributed jobs (min_workers) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        pytest.param(
+            {**DISTRIBUTED, "min_workers": 3},
+            "`min_workers` (3) is more than `workers` (2)",
+            id="more than it asks for",
+        ),
+        pytest.param({**DISTRIBUTED, "min_workers": 0}, "greater than or equal to 1", id="zero"),
+        pytest.param(
+            {**DISTRIBUTED, "min_workers": 1, "elastic": False},
+            "`elastic` is false",
+            id="told not to save on the notice",
+        ),
+        pytest.param(
+            {**STANDALONE, "min_workers": 1},
+            "Extra inputs are not permitted",
+            id="a standalone job never resizes",
+        ),
+        pytest.param(
+            {**BASE, "mode": "cpu", "min_workers": 1},
+            "Extra inputs are not permitted",
+            id="nor does a CPU job",
+        ),
+    ],
+)
+def test_min_workers_refusals_name_the_field(payload: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        submit(**payload)
+    (error,) = caught.value.errors()
+    assert "min_workers" in [str(p) for p in error["loc"]] or "min_workers" in error["msg"], error
+    assert message in error["msg"], error
+
+
+@pytest.mark.parametrize(
+    ("min_workers", "resizable"),
+    [pytest.param(1, True, id="below workers"), pytest.param(2, False, id="equal to workers: never shrinks")],
+)
+def test_min_workers_implies_elastic(min_workers: int, resizable: bool) -> None:
+    spec = DistributedJobSpec.model_validate({**DISTRIBUTED, "min_workers": min_workers})
+    assert (spec.elastic, spec.resizable, spec.effective_grace_seconds) == (True, resizable, 60)
+
+
+SHAPE: dict[str, Any] = {
+    "id": 7, "mode": "distributed", "state": "RUNNING", "priority": "low", "max_schedule": 0, "gpus": 32,
+    "gpu_type": "V100", "workers": 4, "submitted_at": "2026-12-01T00:00:00Z",
+}  # fmt: skip
+
+
+def test_a_view_without_size_runs_at_all_it_asked_for() -> None:
+    view = OtherJobView.model_validate(SHAPE)
+    assert (view.size, view.min_workers, view.resized) == (4, None, False)
+
+
+def test_another_users_job_shows_its_size_but_not_its_spec() -> None:
+    full = JobView.model_validate(
+        {**SHAPE, "min_workers": 2, "size": 2, "task_name": "secret", "user": "alice", "group": "vision",
+         "spec": {**DISTRIBUTED, "workers": 4, "min_workers": 2}}
+    )  # fmt: skip
+    shown = OtherJobView.model_validate(full.model_dump(exclude={"visibility"}))
+    dumped = shown.model_dump(mode="json")
+    assert (dumped["size"], dumped["min_workers"], shown.resized) == (2, 2, True)
+    assert not {"spec", "task_name", "user", "group"} & set(dumped)
+    assert "secret" not in json.dumps(dumped)

@@ -18,6 +18,7 @@ from hai_airflow.cli.jobspec import (
     GpuTypeOption,
     ImageOption,
     JobFlags,
+    MinWorkersOption,
     SubmitFlags,
     TaskNameOption,
     WorkerImageOption,
@@ -94,6 +95,7 @@ def create(
             "worker数目",
         ),
     ] = None,
+    min_workers: MinWorkersOption = None,
     worker_image: WorkerImageOption = None,
     worker_resource_pkg: Annotated[
         int | None,
@@ -139,6 +141,7 @@ def create(
     if mode == "distributed":
         fields |= {
             "workers": workers,
+            "min_workers": min_workers,
             "worker_resource_pkg": worker_resource_pkg if worker_resource_pkg is not None else resource_pkg,
         }
     else:
@@ -146,6 +149,7 @@ def create(
         fields |= {
             "resource_pkg": resource_pkg,
             "workers": workers,
+            "min_workers": min_workers,
             "worker_resource_pkg": worker_resource_pkg,
         }
     spec = build_spec(mode, fields, CREATE_FLAGS, "create")

@@ -184,6 +184,18 @@ ElasticOption = Annotated[
         "instead of being killed.",
     ),
 ]
+MinWorkersOption = Annotated[
+    int | None,
+    typer.Option(
+        "--min-workers",
+        metavar="INTEGER",
+        help="[optional] Distributed only: makes the task resizable. Rather than suspend it, a "
+        "high-priority task may shrink it by whole workers down to this many; it grows back to --workers "
+        "when GPUs free. Each resize is a save on the notice and a restart at the new size from that "
+        "checkpoint (implies --elastic).",
+        show_default=False,
+    ),
+]
 GraceOption = Annotated[
     int | None,
     typer.Option(
@@ -374,14 +386,28 @@ def describe_error(error: ErrorDetails, flags: Mapping[str, str], mode: str) -> 
     if field is not None and error["type"] == "missing":
         return f"{flag_for(field, flags)} is required for a {mode} task"
     if field is not None and error["type"] == "extra_forbidden":
-        return f"{flag_for(field, flags)} is not valid for a {mode} task"
+        return _not_for_mode(field, flags, mode)
     message = _name_flags(error["msg"].removeprefix("Value error, "), flags, mode)
+    fix = (error.get("ctx") or {}).get("fix")
+    if isinstance(fix, str):
+        message = f"{message}. {_name_flags(fix, flags, mode)}"
     if field is None:
         return message
     flag = flag_for(field, flags)
     if flag in message:
         return message
     return f"{flag}: {message[:1].lower()}{message[1:]}"
+
+
+def _not_for_mode(field: str, flags: Mapping[str, str], mode: str) -> str:
+    """A field the mode does not take; a distributed task's own fields say how to get one."""
+    flag = flag_for(field, flags)
+    if field not in SPEC_MODELS["distributed"].model_fields:
+        return f"{flag} is not valid for a {mode} task"
+    return (
+        f"{flag} is not valid for a {mode} task: only a distributed task takes it. Leave out {flag}, "
+        f"or make the task distributed ({flag_for('mode', flags)} distributed)"
+    )
 
 
 def _name_flags(message: str, flags: Mapping[str, str], mode: str) -> str:
@@ -441,8 +467,9 @@ class GpuJobFlags:
     grace: GraceOption = None
 
     def fields(self) -> dict[str, Any]:
-        """These flags as spec fields (None = not given, so the spec's default for the mode applies)."""
-        return {"processes": self.processes, "elastic": self.elastic, "grace_seconds": self.grace}
+        """These flags as spec fields (None = not given, so the spec's default for the mode applies:
+        without --elastic, a task with --min-workers is elastic, any other is not)."""
+        return {"processes": self.processes, "elastic": self.elastic or None, "grace_seconds": self.grace}
 
 
 def array_text(value: str) -> str:

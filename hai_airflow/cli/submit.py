@@ -18,6 +18,7 @@ from hai_airflow.cli.jobspec import (
     GpuJobFlags,
     ImageOption,
     JobFlags,
+    MinWorkersOption,
     SubmitFlags,
     TaskNameOption,
     WorkerImageOption,
@@ -186,6 +187,7 @@ def distributed(
     gpus: Annotated[
         int, typer.Option("--gpus", metavar="INTEGER", help="GPUs per worker (8 = a whole machine).")
     ] = 8,
+    min_workers: MinWorkersOption = None,
     gpu_type: SubmitGpuTypeOption = None,
     exact: ExactOption = False,
     image: ImageOption = None,
@@ -196,9 +198,11 @@ def distributed(
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
-    """Multi-machine Horovod training: --workers workers of --gpus GPUs each. Prints `created task ID`."""
+    """Multi-machine Horovod training: --workers workers of --gpus GPUs each. Prints `created task ID`.
+    With --min-workers it is resizable: shrunk by whole workers rather than suspended, grown back later."""
     fields = {"task_name": task_name, "code_path": code_path, "cmd": join_command(command), **job.fields()}
-    fields |= {**gpu_job.fields(), **image_fields("distributed", image, worker_image), "workers": workers}
+    fields |= {**gpu_job.fields(), **image_fields("distributed", image, worker_image)}
+    fields |= {"workers": workers, "min_workers": min_workers}
     ask = GpuAsk(gpus, gpu_type, exact, per_worker=True)
     _submit_on_package("distributed", "worker_resource_pkg", fields, ask, submit, connection, out)
 

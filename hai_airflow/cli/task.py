@@ -27,7 +27,7 @@ from hai_airflow.cli.output import (
 from hai_airflow.cli.watch import watch
 from hai_airflow.client import HaiClient
 from hai_airflow.jobfile import job_file
-from hai_airflow.spec import TERMINAL_STATES, EventView, JobDetailView, JobView
+from hai_airflow.spec import TERMINAL_STATES, EventView, JobDetailView, JobShapeView, JobView
 
 WatchOption = Annotated[
     bool,
@@ -44,14 +44,22 @@ def priority(job: JobView) -> str:
     return f"high ({job.max_schedule}h)" if job.priority == "high" else "low"
 
 
-def gpus(job: JobView) -> str:
-    """`8 V100`, `16 A100 (2x8)` for distributed jobs, `0` for CPU jobs."""
+def gpus(job: JobShapeView) -> str:
+    """`8 V100`, `16 A100 (2x8)` for distributed jobs, `0` for CPU jobs; a resizable job adds its
+    least workers, `32 A100 (4x8, min 2)`, and a shrunk one what it runs at of what it asked for,
+    `16/32 A100 (2/4 workers x 8, min 2)`."""
     if not job.gpus:
         return "0"
-    text = f"{job.gpus} {job.gpu_type}" if job.gpu_type else str(job.gpus)
-    if job.mode == "distributed":
-        text += f" ({job.workers}x{job.gpus // max(job.workers, 1)})"
-    return text
+    per_worker = job.gpus // max(job.workers, 1)
+    total = f"{job.size * per_worker}/{job.gpus}" if job.resized else str(job.gpus)
+    text = f"{total} {job.gpu_type}" if job.gpu_type else total
+    if job.mode != "distributed":
+        return text
+    shape = (
+        f"{job.size}/{job.workers} workers x {per_worker}" if job.resized else f"{job.workers}x{per_worker}"
+    )
+    least = f", min {job.min_workers}" if job.min_workers is not None else ""
+    return f"{text} ({shape}{least})"
 
 
 def processes(job: JobView) -> str | None:
@@ -61,7 +69,8 @@ def processes(job: JobView) -> str | None:
         return None
     # A job stored before the field existed runs with the mode's default, as the backends read it.
     chosen = job.spec.get("processes") or model.model_fields["processes"].default
-    count = job.gpus if chosen == "per-gpu" else max(job.workers, 1)
+    size = max(job.size, 1)
+    count = size * (job.gpus // max(job.workers, 1)) if chosen == "per-gpu" else size
     return f"{chosen} ({count} process{'es' if count != 1 else ''})"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from hai_airflow.spec import JobShapeView
+
 GOLDEN_ANGLE = 137.508
 """Successive job ids get hues this far apart, so neighbours on the GPU grid never look alike."""
 
@@ -49,3 +51,13 @@ def gpu_ranges(indices: list[int] | tuple[int, ...]) -> str:
         else:
             runs.append((i, i))
     return ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+
+
+def workers(job: JobShapeView) -> str:
+    """A distributed job's workers: `4 workers`, a resizable one's least `4 workers (min 2)`, a shrunk
+    one's current of asked `2/4 workers (min 2)`; empty for a job of one worker that never resizes."""
+    if job.workers <= 1 and job.min_workers is None:
+        return ""
+    count = f"{job.size}/{job.workers}" if job.resized else str(job.workers)
+    least = f" (min {job.min_workers})" if job.min_workers is not None else ""
+    return f"{count} workers{least}"

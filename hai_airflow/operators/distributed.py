@@ -15,6 +15,10 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
     Takes every argument of :class:`~hai_airflow.operators.job.BaseHaiJobOperator`, and:
 
     :param workers: number of workers (usually whole 8-GPU machines).
+    :param min_workers: makes the job resizable (templated; None or empty: it never resizes). Rather
+        than suspend it, a high-priority job may shrink it by whole workers down to this many, and it
+        grows back to `workers` when GPUs free; each resize is a save on the notice and a restart at the
+        new size from that checkpoint, so it implies `elastic`.
     :param worker_resource_pkg: resource package of one worker; may be left out when
         `gpus_per_worker` is given.
     :param gpus_per_worker: GPUs per worker; picks or checks the package like `gpus` of the
@@ -30,6 +34,7 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
     template_fields: Sequence[str] = (
         *BaseHaiJobOperator.template_fields,
         "workers",
+        "min_workers",
         "worker_resource_pkg",
         "gpus_per_worker",
         "worker_image",
@@ -41,6 +46,7 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         self,
         *,
         workers: int | str,
+        min_workers: int | str | None = None,
         worker_resource_pkg: int | str | None = None,
         gpus_per_worker: int | str | None = None,
         worker_image: str | None = None,
@@ -50,6 +56,7 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.workers = workers
+        self.min_workers = min_workers
         self.worker_resource_pkg = worker_resource_pkg
         self.gpus_per_worker = gpus_per_worker
         self.worker_image = worker_image
@@ -65,14 +72,22 @@ class HaiDistributedTrainingOperator(BaseHaiJobOperator):
         package = choose_package(
             packages, self.worker_resource_pkg, self.gpus_per_worker, self.gpu_type, "worker_resource_pkg"
         )
-        return DistributedJobSpec.model_validate(
-            {
-                **self.common_fields(),
-                "mode": "distributed",
-                "workers": self.workers,
-                "worker_resource_pkg": package,
-                "worker_image": self.worker_image or None,
-                "gpu_type": self.gpu_type or None,
-                **processes_field(self.processes),
-            }
-        )
+        fields = {
+            **self.common_fields(),
+            "mode": "distributed",
+            "workers": self.workers,
+            "worker_resource_pkg": package,
+            "worker_image": self.worker_image or None,
+            "gpu_type": self.gpu_type or None,
+            **processes_field(self.processes),
+        }
+        return DistributedJobSpec.model_validate(resizable(fields, self.min_workers))
+
+
+def resizable(fields: dict[str, Any], min_workers: int | str | None) -> dict[str, Any]:
+    """The spec fields with `min_workers` when given (an empty rendered template is not given). It
+    implies `elastic`, so an `elastic` left false is dropped for the spec to imply."""
+    if min_workers in (None, ""):
+        return fields
+    kept = fields if fields.get("elastic") else {k: v for k, v in fields.items() if k != "elastic"}
+    return {**kept, "min_workers": min_workers}

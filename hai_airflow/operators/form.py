@@ -56,6 +56,7 @@ TITLES = {
     "shm": "共享内存 Shared memory (MB)",
     "processes": "进程数 Processes",
     "workers": "worker数目 Workers",
+    "min_workers": "最少worker数 Min workers (resizable)",
     "worker_image": "worker镜像 Worker image",
     "worker_resource_pkg": "worker资源组 Worker resource package",
     "cpus": "CPU核数 CPU cores",
@@ -247,6 +248,17 @@ def form_params(choices: ServerChoices) -> dict[str, Param]:
             maximum=1024,
             section=DISTRIBUTED,
         ),
+        "min_workers": optional(
+            None,
+            "integer",
+            "min_workers",
+            "Only for a distributed job; empty = it never resizes. Rather than suspend it, a high-priority "
+            "job may shrink it by whole workers down to this many; it grows back when GPUs free. Each "
+            "resize is a save on the notice and a restart at the new size from that checkpoint.",
+            minimum=1,
+            maximum=1024,
+            section=DISTRIBUTED,
+        ),
         "worker_image": optional(
             None,
             "string",
@@ -292,6 +304,14 @@ def _needed(form: Mapping[str, Any], name: str, why: str) -> str | None:
     return f"{name} ({TITLES[name]}): {why}"
 
 
+def _distributed_only(form: Mapping[str, Any], name: str) -> str | None:
+    """A field only a distributed job takes, filled in for another mode (a default left as it is, such
+    as workers', is no mistake, so only fields that open empty are checked)."""
+    if form.get(name) in (None, ""):
+        return None
+    return f"{name} ({TITLES[name]}): only a distributed job takes it; empty it, or pick mode distributed"
+
+
 def _given(form: Mapping[str, Any], *names: str) -> dict[str, Any]:
     """The named fields the person filled in; an empty one is left to the spec's default."""
     return {n: form[n] for n in names if form.get(n) not in (None, "")}
@@ -323,13 +343,20 @@ def spec_from_form(form: Mapping[str, Any]) -> JobSpec:
             _needed(form, "worker_resource_pkg", "a distributed job needs one worker's package; pick one"),
         ]
         model: type[JobSpec] = DistributedJobSpec
-        fields = {**common, **gpu, **_given(form, "workers", "worker_image", "worker_resource_pkg")}
+        fields = {
+            **common,
+            **gpu,
+            **_given(form, "workers", "min_workers", "worker_image", "worker_resource_pkg"),
+        }
     elif mode == "cpu":
-        missing = []
+        missing = [_distributed_only(form, "min_workers")]
         model = CpuJobSpec
         fields = {**common, **_given(form, "cpus", "memory_gb")}
     else:
-        missing = [_needed(form, "resource_pkg", "a standalone job needs a resource package; pick one")]
+        missing = [
+            _needed(form, "resource_pkg", "a standalone job needs a resource package; pick one"),
+            _distributed_only(form, "min_workers"),
+        ]
         model = StandaloneJobSpec
         fields = {**common, **gpu, **_given(form, "resource_pkg")}
     problems = [m for m in missing if m]
@@ -352,4 +379,6 @@ def spec_from_form(form: Mapping[str, Any]) -> JobSpec:
 def _described(err: Any) -> str:
     name = ".".join(map(str, err["loc"])) or "form"
     label = f" ({TITLES[name]})" if name in TITLES else ""
-    return f"{name}{label}: {str(err['msg']).removeprefix('Value error, ')}"
+    fix = (err.get("ctx") or {}).get("fix")
+    then = f" ({fix})" if isinstance(fix, str) else ""
+    return f"{name}{label}: {str(err['msg']).removeprefix('Value error, ')}{then}"

@@ -206,7 +206,9 @@ def _spec_error(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         where = ".".join(str(p) for p in err["loc"]) or "spec"
-        parts.append(f"`{where}`: {str(err['msg']).removeprefix('Value error, ')}")
+        fix = (err.get("ctx") or {}).get("fix")
+        then = f" ({fix})" if isinstance(fix, str) else ""
+        parts.append(f"`{where}`: {str(err['msg']).removeprefix('Value error, ')}{then}")
     return "invalid hai job: " + "; ".join(parts)
 
 

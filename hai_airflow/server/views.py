@@ -40,6 +40,8 @@ def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str
         "gpus": row.workers * row.gpus_per_worker,
         "gpu_type": row.gpu_type,
         "workers": row.workers,
+        "min_workers": row.min_workers,
+        "size": row.current_workers,
         "spec": json.loads(row.spec),
         "submitted_at": when(row.submitted_at),
         "started_at": when(row.started_at),
@@ -76,6 +78,8 @@ def other_job_view(row: JobRow) -> OtherJobView:
         gpus=row.workers * row.gpus_per_worker,
         gpu_type=row.gpu_type,
         workers=row.workers,
+        min_workers=row.min_workers,
+        size=row.current_workers,
         submitted_at=when(row.submitted_at),
     )
 

@@ -154,13 +154,15 @@ def test_a_distributed_job_of_two_workers(stack: Stack) -> None:
         form.type("cmd", "sleep 12")
         form.open_section("分布式训练 Distributed (multi-machine)")
         assert form.value("workers") == "2"
+        form.type("min_workers", "1")
         form.choose("worker_resource_pkg", "1xV100")
         run_id = stack.trigger(form)
     run = stack.finished(run_id)
     assert run["state"] == "success", stack.task_log(run_id, "submit_distributed")
     job = stack.job_of("alice-token", "web distributed job")
-    shape = (job.user, job.mode, job.workers, job.gpus, job.state)
-    assert shape == ("alice", "distributed", 2, 2, "SUCCEEDED")
+    shape = (job.user, job.mode, job.workers, job.min_workers, job.size, job.gpus, job.state)
+    assert shape == ("alice", "distributed", 2, 1, 2, 2, "SUCCEEDED")
+    assert job.spec["elastic"] is True
 
 
 def test_a_cpu_job(stack: Stack) -> None:

@@ -219,3 +219,26 @@ def test_queue_and_job_pages_show_the_forecast(ui: TestClient, snap: snapshot.Sn
     assert rows[2].one("td", cls="eta").text.startswith("~ 2026-11-29 14:20:00")
     assert "forecast with estimated runtimes" in rows[2].one("td", cls="eta").text
     assert page(ui, "/ui/jobs/4").one("dd", id="forecast").text == "starts ~ 2026-11-29 14:20:00 (history)"
+
+
+def test_a_resizable_job_shows_its_workers_now_of_asked_and_its_least(
+    ui: TestClient, snap: snapshot.Snapshot
+) -> None:
+    shrunk = {"mode": "distributed", "workers": 4, "gpus": 16, "min_workers": 1, "size": 2}
+    snap.jobs[2] = snap.jobs[2].model_copy(update=shrunk)
+    assert page(ui, "/ui/jobs/2").one("span", id="workers").text == "2/4 workers (min 1)"
+    row = page(ui, "/ui/jobs").one("tr", data_job="2")
+    assert row.one("span", cls="workers").text == "2/4 workers (min 1)"
+    running = page(ui, "/ui/queue").one("table", id="running").one("tr", data_job="2")
+    assert running.one("span", cls="workers").text == "2/4 workers (min 1)"
+
+
+def test_a_job_that_never_resizes_shows_its_workers_as_before(
+    ui: TestClient, snap: snapshot.Snapshot
+) -> None:
+    snap.jobs[2] = snap.jobs[2].model_copy(
+        update={"mode": "distributed", "workers": 4, "gpus": 16, "size": 4}
+    )
+    assert "16 GPUs V100 · 4 workers" in page(ui, "/ui/jobs/2").one("dl", cls="facts").text
+    row = page(ui, "/ui/jobs").one("tr", data_job="2")
+    assert row.find_all("span", cls="workers") == []

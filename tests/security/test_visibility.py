@@ -131,6 +131,8 @@ def test_others_see_a_waiting_job_only_as_the_queue_needs(server: LiveServer, tm
             "gpus": 8,
             "gpu_type": "V100",
             "workers": 1,
+            "min_workers": None,
+            "size": 1,
             "submitted_at": seen["job"]["submitted_at"],
         }
         assert seen["position"] >= 1 and seen["weight"] >= 0 and seen["reason"] and seen["terms"]

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.operators.form import FormError, spec_from_form
+from hai_airflow.operators.form import DISTRIBUTED, FormError, ServerChoices, form_params, spec_from_form
 
 NAS = {"task_name": "t", "code_src": "nas", "code_path": "/nas/me/code", "cmd": "python3 train.py"}
 """What a NAS job needs; everything else as the form opens (None)."""
 AS_OPENED = dict.fromkeys(
     ("gpu_type", "git_branch", "model_dir", "project_storage", "shm", "processes", "worker_image", "cpus",
-     "time_limit"),
+     "time_limit", "min_workers"),
     None,
 )
 
@@ -51,6 +51,16 @@ AS_OPENED = dict.fromkeys(
             id="a time limit as a duration",
         ),
         pytest.param({**NAS, "resource_pkg": 454}, {"time_limit_seconds": None}, id="no time limit"),
+        pytest.param(
+            {**NAS, "mode": "distributed", "workers": 4, "min_workers": 2, "worker_resource_pkg": 457},
+            {"workers": 4, "min_workers": 2, "elastic": True, "resizable": True},
+            id="a resizable distributed job",
+        ),
+        pytest.param(
+            {**NAS, "mode": "distributed", "workers": 4, "min_workers": None, "worker_resource_pkg": 457},
+            {"min_workers": None, "elastic": False},
+            id="min workers left empty: never resizes",
+        ),
     ],
 )
 def test_the_form_makes_the_job(form: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -84,6 +94,17 @@ def test_the_form_makes_the_job(form: dict[str, Any], expected: dict[str, Any]) 
             id="a field the spec refuses is named with its label",
         ),
         pytest.param(
+            {**NAS, "resource_pkg": 454, "min_workers": 1},
+            "min_workers (最少worker数 Min workers (resizable)): only a distributed job takes it; "
+            "empty it, or pick mode distributed",
+            id="min workers for a standalone job",
+        ),
+        pytest.param(
+            {**NAS, "mode": "distributed", "workers": 2, "min_workers": 3, "worker_resource_pkg": 457},
+            "`min_workers` (3) is more than `workers` (2) (Set min_workers between 1 and workers",
+            id="more min workers than workers, with the fix",
+        ),
+        pytest.param(
             {**NAS, "resource_pkg": 454, "time_limit": "90"},
             "time_limit (运行时限 Time limit): '90' has no unit: write 90m for minutes or 90s for seconds",
             id="a time limit without a unit",
@@ -94,3 +115,10 @@ def test_the_form_names_the_field_and_the_fix(form: dict[str, Any], message: str
     with pytest.raises(FormError, match="the form is not valid") as refused:
         spec_from_form({**AS_OPENED, **form})
     assert message in str(refused.value)
+
+
+def test_min_workers_is_an_optional_field_of_the_distributed_section() -> None:
+    param = form_params(ServerChoices(unreachable="test")).get("min_workers")
+    assert param is not None and param.value is None
+    assert param.schema["type"] == ["null", "integer"] and param.schema["minimum"] == 1
+    assert param.schema["section"] == DISTRIBUTED
