@@ -87,6 +87,8 @@ def test_high_job_shrinks_a_resizable_job_which_grows_back_when_it_ends(
     assert done["preemptions"] == 0, "a resize is not a preemption"
     kinds = [e["kind"] for e in done["events"]]
     assert kinds.count("resizing") == 2 and kinds.count("resized") == 2
+    ledger = run.get("/admin/check").json()
+    assert (ledger["instances"], ledger["problems"]) == (4, []), "legal moves, no GPU held twice"
 
 
 def test_a_resizable_job_at_its_least_workers_is_suspended_whole(run: Api) -> None:
