@@ -36,6 +36,9 @@ ANNOTATION_STOP = "hai.io/stop-requested"
 MPI_ROLE_LABEL = "training.kubeflow.org/job-role"
 MPI_GROUP, MPI_VERSION, MPI_PLURAL = "kubeflow.org", "v2beta1", "mpijobs"
 GPU_RESOURCE = "nvidia.com/gpu"
+"""The NVIDIA device plugin's resource name, the default of `gpu_resource`."""
+LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+"""A Kubernetes label key or extended resource name: an optional DNS prefix, then a name."""
 MAIN = "job"
 """Name of the container that runs the job's command in every pod."""
 RUN_DIR = "/hai/run"
@@ -84,11 +87,24 @@ class KubernetesOptions(BaseModel):
     )
     gpu_type_label: str = Field(
         default="hai.io/gpu-type",
-        description="Node label holding the GPU type (V100, A100...); "
-        "nvidia.com/gpu.product is read when it is missing.",
+        pattern=LABEL_KEY,
+        description="Node label holding the GPU type (V100, A100...), which job pods select nodes by; "
+        "`gpu_product_label` is read when it is missing.",
+    )
+    gpu_product_label: str = Field(
+        default="nvidia.com/gpu.product",
+        pattern=LABEL_KEY,
+        description="Node label naming the GPU model, as NVIDIA's GPU feature discovery sets it "
+        "(e.g. Tesla-V100-SXM2-16GB); the GPU type is read from it.",
+    )
+    gpu_resource: str = Field(
+        default=GPU_RESOURCE,
+        pattern=LABEL_KEY,
+        description="Extended resource a GPU worker requests, as the device plugin advertises it "
+        "(NVIDIA's: nvidia.com/gpu); the nodes' allocatable amount of it is their GPU count.",
     )
     virtual_gpus: bool = Field(
-        default=False, description="Request no nvidia.com/gpu; jobs only see CUDA_VISIBLE_DEVICES."
+        default=False, description="Request no `gpu_resource`; jobs only see CUDA_VISIBLE_DEVICES."
     )
     nas_pvc: str | None = Field(
         default=None,
@@ -241,7 +257,7 @@ def _resources(worker: WorkerPlacement, opts: KubernetesOptions) -> dict[str, An
     if worker.memory_gb > 0:
         amounts["memory"] = f"{round(worker.memory_gb * 1024)}Mi"
     if worker.gpus and not opts.virtual_gpus:
-        amounts[GPU_RESOURCE] = str(len(worker.gpus))
+        amounts[opts.gpu_resource] = str(len(worker.gpus))
     # Requests equal to limits: the pod gets exactly what the planner counted (Guaranteed QoS).
     return {"requests": dict(amounts), "limits": dict(amounts)} if amounts else {}
 
@@ -414,7 +430,7 @@ def pod_spec(
     if worker.gpus and gpu_type:
         spec["nodeSelector"] = {opts.gpu_type_label: gpu_type}
     if worker.gpus and not opts.virtual_gpus:
-        spec["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        spec["tolerations"] = [{"key": opts.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}]
     if opts.service_account:
         spec["serviceAccountName"] = opts.service_account
     if opts.image_pull_secrets:

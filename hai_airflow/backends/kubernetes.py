@@ -172,14 +172,14 @@ class KubernetesBackend(ServedLogs):
                 continue
             alloc = (n.status.allocatable if n.status else None) or {}
             labels = n.metadata.labels or {}
-            product = labels.get("nvidia.com/gpu.product", "")
+            product = labels.get(self.options.gpu_product_label, "")
             named = labels.get(self.options.gpu_type_label) or (gpu_type(product) if product else "")
             kind = canonical_gpu_type(named) if named else "none"
             nodes.append(
                 Node(
                     name=n.metadata.name,
                     gpu_type=kind,
-                    gpus=int(parse_quantity(alloc.get(m.GPU_RESOURCE, "0"))),
+                    gpus=int(parse_quantity(alloc.get(self.options.gpu_resource, "0"))),
                     cpus=float(parse_quantity(alloc.get("cpu", "0"))),
                     memory_gb=round(float(parse_quantity(alloc.get("memory", "0"))) / 1024**3, 1),
                 )

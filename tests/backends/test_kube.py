@@ -76,6 +76,14 @@ def test_inventory_reads_allocatable_gpus_and_the_gpu_type_labels(kube: KubeTest
     assert inventory["lower-node"].gpu_type == "T4"  # one spelling of a type, whatever the label says
 
 
+def test_inventory_reads_the_configured_gpu_resource_and_product_label(kube: KubeTest) -> None:
+    """A cluster whose device plugin advertises another resource: only its nodes count GPUs."""
+    backend = kube.backend(gpu_resource="example.com/gpu", gpu_product_label="hai.io/gpu-type")
+    inventory = {n.name: n for n in backend.inventory()}
+    assert inventory["gpu-node-0"].gpus == 0 and inventory["gpu-node-0"].gpu_type == "V100"
+    assert inventory["gpu-node-1"].gpu_type == "none", "the NVIDIA product label is not read any more"
+
+
 def test_standalone_job_is_one_pinned_pod_with_gpus_shm_storage_and_labels(kube: KubeTest) -> None:
     backend = kube.backend()
     launch = kube.launch(

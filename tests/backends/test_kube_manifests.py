@@ -347,3 +347,23 @@ def test_a_field_the_api_server_dropped_is_named_by_its_path() -> None:
     kept = {"a": 1, "b": {"c": 2}, "l": [{"x": 1}, {}], "default": True}
     assert dropped_fields(sent, kept, "spec") == ["spec.b.d", "spec.l[1].y"]
     assert dropped_fields(sent, sent) == []
+
+
+def test_the_gpu_resource_and_labels_follow_the_device_plugin_and_are_configurable() -> None:
+    """NVIDIA's device plugin by default; another vendor's resource and labels when configured."""
+    spec = StandaloneJobSpec(task_name="t", code_path="/nas/u/p", cmd="true", resource_pkg=1, gpu_type="V100")
+    job = launch(spec, (WorkerPlacement("node-a", (0, 1)),))
+    (pod,) = m.worker_pods(job, m.KubernetesOptions())
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    other = m.KubernetesOptions(gpu_resource="amd.com/gpu", gpu_type_label="example.com/gpu-kind")
+    (pod,) = m.worker_pods(job, other)
+    assert pod["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "2"}
+    assert pod["spec"]["tolerations"][0]["key"] == "amd.com/gpu"
+    assert pod["spec"]["nodeSelector"] == {"example.com/gpu-kind": "V100"}
+
+
+@pytest.mark.parametrize("field", ["gpu_resource", "gpu_type_label", "gpu_product_label"])
+def test_a_malformed_resource_or_label_name_is_refused(field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        m.KubernetesOptions(**{field: "not a/valid/name"})
