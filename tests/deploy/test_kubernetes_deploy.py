@@ -1,7 +1,9 @@
 """deploy/kubernetes/ and the top-level Dockerfile: what a user applies and builds, checked for real.
 
-The manifests are validated against Kubernetes' schemas, applied to the test tier's kube-apiserver, and
-the server's ServiceAccount is shown to hold what the kubernetes backend needs and nothing it must not.
+The base's manifests and both overlays' renderings are validated against Kubernetes' schemas and applied
+to the test tier's kube-apiserver (`kubectl apply -k`), the server's ServiceAccount is shown to hold what
+the kubernetes backend needs and nothing it must not, and the image runs the base's Deployment and the
+prod overlay's two replicas (a controller and a standby that takes over) on a real node.
 """
 
 from __future__ import annotations
@@ -21,20 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.config import ServerConfig, parse_config
-from tests.support.docker_engine import Engine, docker_engine
+from tests.support.docker_engine import Engine, busybox_image, docker_engine
 from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, kube_apiserver
-from tests.support.kube_apply import apply, load_manifests
+from tests.support.kube_apply import apply, kustomize, load_kustomization
 from tests.support.kube_node import Cluster, kube_node
 from tests.support.python_base_image import python_base_image
 
-__all__ = ["docker_engine", "kube_apiserver", "kube_node"]  # the session fixtures used below
+__all__ = ["busybox_image", "docker_engine", "kube_apiserver", "kube_node"]  # the session fixtures used below
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "kubernetes"
+BASE = DEPLOY / "base"
+OVERLAYS = DEPLOY / "overlays"
+KUBECTL = shutil.which("kubectl")
 DOCKERFILE = REPO / "Dockerfile"
 NAMESPACE = "hai"
 SERVICE_ACCOUNT = "hai"
@@ -59,9 +65,16 @@ def slow_docker(test: Any) -> Any:
     return pytest.mark.slow(pytest.mark.docker(pytest.mark.kube(test)))
 
 
+def with_kubectl(test: Any) -> Any:
+    """A test that renders the overlays with kubectl's built-in kustomize (the path users take)."""
+    reason = "no kubectl here (its kustomize renders overlays)"
+    return pytest.mark.skipif(KUBECTL is None, reason=reason)(test)
+
+
 @pytest.fixture(scope="module")
 def docs() -> Docs:
-    return [doc for _, doc in load_manifests(DEPLOY)]
+    """The base's objects, in its kustomization's order."""
+    return [doc for _, doc in load_kustomization(BASE)]
 
 
 def one(docs: Docs, kind: str, name: str | None = None) -> dict[str, Any]:
@@ -86,25 +99,29 @@ def server_container(docs: Docs) -> dict[str, Any]:
 
 def test_rbac_yaml_is_exactly_what_the_backends_rbac_printer_prints() -> None:
     """The committed RBAC cannot drift from what the backend needs: regenerate it when this fails with
-    `python -m hai_airflow.backends.k8s_manifests hai hai > deploy/kubernetes/02-rbac.yaml`."""
+    `python -m hai_airflow.backends.k8s_manifests hai hai > deploy/kubernetes/base/02-rbac.yaml`."""
     printed = subprocess.run(
         [sys.executable, "-m", "hai_airflow.backends.k8s_manifests", NAMESPACE, SERVICE_ACCOUNT],
         capture_output=True, text=True, check=True, cwd=REPO, timeout=60,
     )  # fmt: skip
-    assert (DEPLOY / "02-rbac.yaml").read_text() == printed.stdout
+    assert (BASE / "02-rbac.yaml").read_text() == printed.stdout
     assert printed.stdout == m.rbac_yaml(NAMESPACE, SERVICE_ACCOUNT)
 
 
-def test_files_apply_in_an_order_kubectl_can_follow(docs: Docs) -> None:
-    """`kubectl apply -f deploy/kubernetes/` reads files by name: the namespace comes first, every other
-    object lives in it (or is cluster-wide RBAC), and nothing but manifests lies there."""
+def test_the_base_lists_every_manifest_it_holds_the_namespace_first(docs: Docs) -> None:
+    """The base's kustomization names each of its files once, in name order, the namespace first; every
+    other object lives in it (or is cluster-wide RBAC), and nothing but manifests lies there."""
+    listed = yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"]
+    files = sorted(p.name for p in BASE.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert listed == files
     assert docs[0]["kind"] == "Namespace" and docs[0]["metadata"]["name"] == NAMESPACE
     for doc in docs[1:]:
         if doc["kind"] in ("ClusterRole", "ClusterRoleBinding"):
             assert "namespace" not in doc["metadata"]
         else:
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["metadata"]
-    assert {p.suffix for p in DEPLOY.iterdir()} == {".yaml"}
+    assert {p.suffix for p in BASE.iterdir()} == {".yaml"}
+    assert sorted(p.name for p in DEPLOY.iterdir()) == ["base", "overlays"]
     assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted([
         ("Namespace", "hai"), ("ServiceAccount", "hai"),
         ("Role", "hai-server"), ("RoleBinding", "hai-server"),
@@ -114,25 +131,50 @@ def test_files_apply_in_an_order_kubectl_can_follow(docs: Docs) -> None:
     ])  # fmt: skip
 
 
-@pytest.mark.skipif(not Path(VALIDATOR).exists(), reason="kubernetes-validate is not installed (dev extra)")
-@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
-def test_every_manifest_passes_strict_schema_validation(docs: Docs, version: str) -> None:
-    files = sorted(str(p) for p in DEPLOY.glob("*.yaml"))
+def strictly_valid(files: list[str], version: str, objects: int) -> None:
+    """kubernetes-validate --strict of the files against one release's schemas: every object passes."""
     done = subprocess.run(
         [VALIDATOR, "--strict", "-k", version, *files], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(" passed for resource ") == len(docs)
+    assert done.stdout.count(" passed for resource ") == objects
+
+
+no_validator = pytest.mark.skipif(
+    not Path(VALIDATOR).exists(), reason="kubernetes-validate is not installed (dev extra)"
+)
+
+
+@no_validator
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_every_manifest_passes_strict_schema_validation(docs: Docs, version: str) -> None:
+    files = sorted({str(path) for path, _ in load_kustomization(BASE)})
+    strictly_valid(files, version, len(docs))
+
+
+@no_validator
+@with_kubectl
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_every_overlay_renders_objects_that_pass_strict_schema_validation(
+    overlay: str, version: str, tmp_path: Path
+) -> None:
+    rendered = kustomize(OVERLAYS / overlay)
+    out = tmp_path / f"{overlay}.yaml"
+    out.write_text(yaml.safe_dump_all(rendered))
+    strictly_valid([str(out)], version, len(rendered))
 
 
 def test_no_secret_is_shipped() -> None:
     """The token and the database URL come from Secrets the user creates; no file holds one."""
-    text = "".join(p.read_text() for p in DEPLOY.glob("*.yaml"))
+    text = "".join(p.read_text() for p in DEPLOY.rglob("*.yaml"))
     assert "kind: Secret" not in text and '"kind": "Secret"' not in text
     assert not re.search(r"^\s*token\s*=", text, re.M)
     assert "postgresql+psycopg://" not in text.replace("postgresql+psycopg://hai:PASSWORD@", "")
     create = "kubectl -n hai create secret generic hai-admin --from-literal=token="
-    assert create in (DEPLOY / "05-server.yaml").read_text()
+    assert create in (BASE / "05-server.yaml").read_text()
+    for overlay in ("dev", "prod"):
+        assert create in (OVERLAYS / overlay / "kustomization.yaml").read_text(), overlay
 
 
 def test_the_config_is_a_kubernetes_backend_config_the_server_accepts(docs: Docs) -> None:
@@ -227,7 +269,7 @@ def admin(kube_apiserver: ApiServer) -> Any:
 
 @pytest.fixture(scope="module")
 def applied(admin: Any, docs: Docs) -> Docs:
-    """Every manifest applied in file order, as `kubectl apply -f deploy/kubernetes/` does."""
+    """Every manifest of the base applied in its kustomization's order."""
     apply(admin, docs)
     return docs
 
@@ -435,19 +477,14 @@ def test_as_the_account_secrets_other_namespaces_and_node_changes_are_refused(
 
 
 @kube
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl here (the path users take)")
-def test_kubectl_apply_of_the_directory_succeeds(
+@with_kubectl
+def test_kubectl_apply_k_of_the_base_succeeds(
     kube_apiserver: ApiServer, applied: Docs, tmp_path: Path
 ) -> None:
-    """What a user runs, with kubectl's own parsing of the files: `kubectl apply -f deploy/kubernetes/`."""
+    """What a user runs, with kubectl's own kustomize: `kubectl apply -k deploy/kubernetes/base`."""
     kubeconfig = kube_apiserver.kubeconfig(ADMIN_TOKEN, tmp_path / "kubeconfig")
-    done = subprocess.run(
-        ["kubectl", "--kubeconfig", str(kubeconfig), "apply", "--server-side", "--force-conflicts",
-         "-f", str(DEPLOY)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("serverside-applied") == len(applied), done.stdout
+    out = kubectl_apply_k(kubeconfig, BASE)
+    assert out.count("serverside-applied") == len(applied), out
 
 
 # ---- the product image ------------------------------------------------------------------------------
@@ -779,3 +816,523 @@ def test_the_deployment_becomes_ready_on_a_real_node(
             time.sleep(1)
         core.delete_namespaced_persistent_volume_claim("hai-nas", NAMESPACE)
         core.delete_persistent_volume("hai-deploy-nas")
+
+
+# ---- the overlays: dev and prod ---------------------------------------------------------------------
+
+AIRFLOW_PEER = ({"kubernetes.io/metadata.name": "airflow"}, {"tier": "airflow"})
+INGRESS_PEER = ({"kubernetes.io/metadata.name": "ingress-nginx"}, {"app.kubernetes.io/name": "ingress-nginx"})
+"""(namespace labels, pod labels) the prod NetworkPolicy admits; docs/deploy.md names the same."""
+
+
+def rendered(overlay: str) -> Docs:
+    """`kubectl kustomize deploy/kubernetes/overlays/OVERLAY` (skipped where kubectl is missing)."""
+    if KUBECTL is None:
+        pytest.skip("no kubectl here (its kustomize renders overlays)")
+    return kustomize(OVERLAYS / overlay)
+
+
+@pytest.fixture(scope="module")
+def dev() -> Docs:
+    return rendered("dev")
+
+
+@pytest.fixture(scope="module")
+def prod() -> Docs:
+    return rendered("prod")
+
+
+def kinds_and_names(docs: Docs) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in docs}
+
+
+def env_of(docs: Docs) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in server_container(docs)["env"]}
+
+
+def secret_ref(env: dict[str, Any]) -> tuple[str, str]:
+    ref = env["valueFrom"]["secretKeyRef"]
+    return ref["name"], ref["key"]
+
+
+def pod_labels(docs: Docs) -> dict[str, str]:
+    return dict(one(docs, "Deployment", "hai-server")["spec"]["template"]["metadata"]["labels"])
+
+
+def test_each_overlay_is_the_base_and_what_it_adds(docs: Docs, dev: Docs, prod: Docs) -> None:
+    base = kinds_and_names(docs)
+    assert kinds_and_names(dev) == base | {("PersistentVolumeClaim", "hai-db")}
+    assert kinds_and_names(prod) == base | {
+        ("PodDisruptionBudget", "hai-server"),
+        ("NetworkPolicy", "hai-server"),
+    }
+    for overlay in (dev, prod):
+        assert one(overlay, "ConfigMap", "hai-config") == one(docs, "ConfigMap", "hai-config")
+        assert one(overlay, "Role") == one(docs, "Role") and one(overlay, "Service") == one(docs, "Service")
+        assert all(d["metadata"].get("namespace", NAMESPACE) == NAMESPACE for d in overlay)
+        assert env_of(overlay)["HAI_HOME"] == env_of(docs)["HAI_HOME"]
+        assert secret_ref(env_of(overlay)["HAI_ADMIN_TOKEN"]) == ADMIN_SECRET
+
+
+def test_dev_runs_one_pod_on_sqlite_on_a_volume_of_its_own(dev: Docs) -> None:
+    """SQLite's write-ahead log needs a local disk: the database lies on a ReadWriteOnce claim of its
+    own, never on the NAS, and no Secret hai-database is needed."""
+    spec = one(dev, "Deployment", "hai-server")["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+    url = env_of(dev)["HAI_DATABASE_URL"]
+    assert "valueFrom" not in url and url["value"].startswith("sqlite:////"), url
+    database = Path(url["value"].removeprefix("sqlite:///"))
+    container = server_container(dev)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
+    claim = volumes[mounts[str(database.parent)]]["persistentVolumeClaim"]["claimName"]
+    assert claim != "hai-nas" and not database.is_relative_to("/nas")
+    assert one(dev, "PersistentVolumeClaim", claim)["spec"]["accessModes"] == ["ReadWriteOnce"]
+    refs = [secret_ref(e)[0] for e in env_of(dev).values() if "valueFrom" in e]
+    assert refs == [ADMIN_SECRET[0]]
+
+
+def test_prod_runs_two_pods_on_postgresql_from_the_secret_bounded_and_spread(prod: Docs) -> None:
+    from kubernetes.utils import parse_quantity
+
+    spec = one(prod, "Deployment", "hai-server")["spec"]
+    assert spec["replicas"] == 2
+    # A rollout replaces one pod at a time: the other answers and holds or takes the lease.
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    env = env_of(prod)
+    assert "value" not in env["HAI_DATABASE_URL"]
+    assert secret_ref(env["HAI_DATABASE_URL"]) == DATABASE_SECRET
+    resources = server_container(prod)["resources"]
+    for what in ("cpu", "memory"):
+        assert parse_quantity(resources["requests"][what]) <= parse_quantity(resources["limits"][what]), what
+    anti_affinity = spec["template"]["spec"]["affinity"]["podAntiAffinity"]
+    (term,) = anti_affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"].items() <= pod_labels(prod).items()
+
+    pdb = one(prod, "PodDisruptionBudget", "hai-server")
+    assert pdb["apiVersion"] == "policy/v1"
+    assert pdb["spec"]["minAvailable"] == 1 < spec["replicas"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= pod_labels(prod).items()
+
+
+def admits(policy: dict[str, Any], namespace: dict[str, str], pod: dict[str, str], port: str) -> bool:
+    """Whether an enforcing CNI lets a pod (its namespace's labels, its labels) reach the selected
+    pods' named `port` under this NetworkPolicy (matchLabels selectors only, as the policy uses)."""
+
+    def matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+        return selector is not None and selector.get("matchLabels", {}).items() <= labels.items()
+
+    for rule in policy["spec"].get("ingress", []):
+        ports = [p["port"] for p in rule.get("ports", [])]
+        peers = rule.get("from", [])
+        admitted = [p for p in peers if matches(p.get("namespaceSelector"), namespace)]
+        if (not ports or port in ports) and any(matches(p.get("podSelector"), pod) for p in admitted):
+            return True
+    return False
+
+
+def test_prod_network_policy_admits_only_airflow_and_the_ingress_controller_to_the_api_port(
+    prod: Docs,
+) -> None:
+    policy = one(prod, "NetworkPolicy", "hai-server")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels(prod).items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress free: the API server, PostgreSQL
+    (named,) = server_container(prod)["ports"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": named["name"]}]
+    peers = [(p["namespaceSelector"]["matchLabels"], p["podSelector"]["matchLabels"]) for p in rule["from"]]
+    assert peers == [AIRFLOW_PEER, INGRESS_PEER]
+    scheduler = ({"kubernetes.io/metadata.name": "airflow"}, {"tier": "airflow", "component": "scheduler"})
+    hai_ns = {"kubernetes.io/metadata.name": NAMESPACE}
+    assert admits(policy, *scheduler, named["name"])
+    assert admits(policy, *INGRESS_PEER, named["name"])
+    refused = {
+        "a job pod in hai": (hai_ns, {"hai.io/owner": "hai"}),
+        "another hai-server pod": (hai_ns, pod_labels(prod)),
+        "an untiered pod in airflow": ({"kubernetes.io/metadata.name": "airflow"}, {"app": "x"}),
+        "a tier=airflow pod elsewhere": ({"kubernetes.io/metadata.name": "default"}, {"tier": "airflow"}),
+    }
+    for what, (namespace, labels) in refused.items():
+        assert not admits(policy, namespace, labels, named["name"]), what
+    assert not admits(policy, *scheduler, "metrics")
+
+
+def test_the_docs_apply_the_overlays_that_exist() -> None:
+    """docs/deploy.md's kubectl commands name paths of this tree, and the labels the policy admits."""
+    page = (REPO / "docs" / "deploy.md").read_text()
+    named = set(re.findall(r"kubectl apply -k (deploy/kubernetes/\S+)", page))
+    assert {"deploy/kubernetes/overlays/dev", "deploy/kubernetes/overlays/prod"} <= named
+    mentioned = {p.rstrip("/.") for p in re.findall(r"deploy/kubernetes/[\w./-]*", page)}
+    assert [p for p in mentioned if not (REPO / p).exists()] == []
+    for namespace, labels in (AIRFLOW_PEER, INGRESS_PEER):
+        assert namespace["kubernetes.io/metadata.name"] in page
+        assert all(f"{k}={v}" in page for k, v in labels.items()), labels
+
+
+# ---- the overlays applied with `kubectl apply -k` ----------------------------------------------------
+
+
+def kubectl_apply_k(kubeconfig: Path, directory: Path, server_side: bool = True) -> str:
+    """`kubectl apply -k DIRECTORY` (server-side unless asked not to); its stdout, asserting it succeeded."""
+    how = ["--server-side", "--force-conflicts"] if server_side else []
+    done = subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(kubeconfig), "apply", *how, "-k", str(directory)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def serves(admin: Any, api_version: str, kind: str) -> bool:
+    """Whether the API server serves this kind at this version."""
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
+
+    try:
+        DynamicClient(admin).resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError:
+        return False
+    return True
+
+
+PDB_BEFORE_1_21 = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - {overlay}
+patches:
+  - target: {{group: policy, version: v1, kind: PodDisruptionBudget}}
+    patch: |-
+      - op: replace
+        path: /apiVersion
+        value: policy/v1beta1
+"""
+"""An overlay of an overlay for an API server older than 1.21, which serves PodDisruptionBudget only as
+policy/v1beta1 (the same fields); what a team on such a cluster would keep beside the repository's."""
+
+
+def as_this_server_takes_it(admin: Any, overlay: Path, where: Path) -> Path:
+    """The overlay itself, or on an API server without policy/v1 (the tier's Debian 1.20) the overlay
+    of it above that only moves its PodDisruptionBudget to policy/v1beta1."""
+    if serves(admin, "policy/v1", "PodDisruptionBudget"):
+        return overlay
+    where.mkdir()
+    (where / "kustomization.yaml").write_text(PDB_BEFORE_1_21.format(overlay=os.path.relpath(overlay, where)))
+    return where
+
+
+def without_the_deployment(admin: Any) -> None:
+    """Delete hai-server, so an overlay's apply starts from no Deployment: the env entry the base set from
+    a Secret and dev from a value must not merge into one with both."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        client.AppsV1Api(admin).delete_namespaced_deployment("hai-server", NAMESPACE, grace_period_seconds=0)
+    except ApiException as e:
+        assert e.status == 404, e
+
+
+@pytest.fixture
+def overlays_then_base(admin: Any, docs: Docs) -> Iterator[None]:
+    """After an overlay's test: the base as the module's `applied` left it, without the overlay's extras."""
+    from kubernetes import client
+
+    yield
+    without_the_deployment(admin)
+    from kubernetes.dynamic import DynamicClient
+
+    core, policy = client.CoreV1Api(admin), client.NetworkingV1Api(admin)
+    pdbs = [
+        DynamicClient(admin).resources.get(api_version=version, kind="PodDisruptionBudget")
+        for version in ("policy/v1", "policy/v1beta1")
+        if serves(admin, version, "PodDisruptionBudget")
+    ]
+    for delete in (
+        lambda: core.delete_namespaced_persistent_volume_claim("hai-db", NAMESPACE),
+        lambda: policy.delete_namespaced_network_policy("hai-server", NAMESPACE),
+        lambda: pdbs[0].delete(name="hai-server", namespace=NAMESPACE),
+    ):
+        try:
+            delete()
+        except client.exceptions.ApiException as e:
+            assert e.status == 404, e
+    apply(admin, docs)
+
+
+@kube
+@with_kubectl
+@pytest.mark.parametrize("overlay", ["dev", "prod"])
+def test_kubectl_apply_k_of_each_overlay_stores_what_it_renders(
+    kube_apiserver: ApiServer, admin: Any, applied: Docs, overlays_then_base: None, overlay: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """`kubectl apply -k deploy/kubernetes/overlays/OVERLAY` as a user runs it (client-side apply), read
+    back: the Deployment's replicas and database, and prod's PodDisruptionBudget and NetworkPolicy. The
+    tier's node does not enforce NetworkPolicy (no CNI here): the API server accepts and keeps it."""
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    kubeconfig = kube_apiserver.kubeconfig(ADMIN_TOKEN, tmp_path / "kubeconfig")
+    expected = rendered(overlay)
+    without_the_deployment(admin)
+    directory = as_this_server_takes_it(admin, OVERLAYS / overlay, tmp_path / "older-api-server")
+    out = kubectl_apply_k(kubeconfig, directory, server_side=False)
+    assert len(out.strip().splitlines()) == len(expected), out
+
+    deployment = client.AppsV1Api(admin).read_namespaced_deployment("hai-server", NAMESPACE)
+    wanted = one(expected, "Deployment", "hai-server")["spec"]
+    assert deployment.spec.replicas == wanted["replicas"]
+    assert deployment.spec.strategy.type == wanted["strategy"]["type"]
+    (container,) = deployment.spec.template.spec.containers
+    url = {e.name: e for e in container.env}["HAI_DATABASE_URL"]
+    if overlay == "dev":
+        assert url.value_from is None and url.value.startswith("sqlite:////")
+        claim = client.CoreV1Api(admin).read_namespaced_persistent_volume_claim("hai-db", NAMESPACE)
+        assert claim.spec.access_modes == ["ReadWriteOnce"]
+        return
+    ref = url.value_from.secret_key_ref
+    assert (ref.name, ref.key) == DATABASE_SECRET and url.value is None
+    version = one(kustomize(directory), "PodDisruptionBudget")["apiVersion"]
+    pdbs = DynamicClient(admin).resources.get(api_version=version, kind="PodDisruptionBudget")
+    pdb = pdbs.get(name="hai-server", namespace=NAMESPACE).to_dict()
+    assert pdb["spec"] == one(expected, "PodDisruptionBudget", "hai-server")["spec"]
+    stored = client.NetworkingV1Api(admin).read_namespaced_network_policy("hai-server", NAMESPACE)
+    assert admin.sanitize_for_serialization(stored)["spec"] == one(expected, "NetworkPolicy")["spec"]
+
+
+# ---- prod's two replicas on a real node: a controller and a standby that takes over ------------------
+
+SERVE_ON_A_FREE_PORT = (
+    "port=$(python3 -c \"import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+    'print(s.getsockname()[1])"); echo "$port" > /tmp/port; exec hai "$@"'
+)
+PROBE_THE_PORT = [
+    "python3", "-c",
+    "import urllib.request; port = open('/tmp/port').read().strip(); "
+    "urllib.request.urlopen(f'http://127.0.0.1:{port}/health', timeout=4)",
+]  # fmt: skip
+
+
+def prod_on_the_test_node(prod: Docs, image: str, api_port: str, pdb_version: str) -> Docs:
+    """The prod overlay as an admin of the tier's one-node cluster adapts it, beyond what
+    `on_the_test_node` says: on one node's network two pods cannot both listen on 8765 (the scheduler
+    counts a host-network port as a hostPort), so each serves on a free port it writes to /tmp/port,
+    probed by an exec of the same request; jobs use the host network too; requests fit the
+    node's CPUs; the PodDisruptionBudget at the version this API server serves."""
+    out = json.loads(json.dumps(prod))
+    deployment = one(out, "Deployment", "hai-server")
+    pod = deployment["spec"]["template"]["spec"]
+    pod["hostNetwork"] = True
+    (container,) = pod["containers"]
+    args = container["args"]
+    args[args.index("--port") + 1], args[args.index("--host") + 1] = "$port", "127.0.0.1"
+    container["command"] = ["sh", "-c", SERVE_ON_A_FREE_PORT.replace('"$@"', " ".join(args)), "hai"]
+    container["args"] = []
+    container["image"], container["imagePullPolicy"] = image, "Never"
+    del container["ports"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        del container[probe]["httpGet"]
+        container[probe]["exec"] = {"command": PROBE_THE_PORT}
+    container["resources"]["requests"] = {"cpu": "100m", "memory": "256Mi"}
+    container["env"] += [
+        {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+        {"name": "KUBERNETES_SERVICE_PORT", "value": api_port},
+    ]
+    config = one(out, "ConfigMap", "hai-config")["data"]
+    config["config.toml"] = config["config.toml"].replace("[backend]\n", '[backend]\nnetwork = "host"\n', 1)
+    one(out, "PodDisruptionBudget", "hai-server")["apiVersion"] = pdb_version
+    return out
+
+
+def server_pods(core: Any) -> list[Any]:
+    pods = core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/name=hai-server").items
+    return [p for p in pods if not p.metadata.deletion_timestamp]
+
+
+def hai_of(engine: Engine, pod: Any, token: str) -> Any:
+    """A client of the server in this pod, at the port it wrote to /tmp/port: read from its container on
+    the node's engine, not from the pod's log (a second kubelet on the same machine, as when two test
+    sessions run, removes the other's /var/log/pods entries)."""
+    from hai_airflow.client import HaiClient
+
+    container_id = pod.status.container_statuses[0].container_id.removeprefix("docker://")
+    container = engine.client.containers.get(container_id)  # type: ignore[attr-defined]
+    code, out = container.exec_run(["cat", "/tmp/port"])
+    assert code == 0 and out.strip().isdigit(), f"{pod.metadata.name} wrote no port: {code} {out!r}"
+    return HaiClient(f"http://127.0.0.1:{int(out)}", token)
+
+
+def roles(core: Any, engine: Engine, token: str) -> dict[str, bool]:
+    """Each ready hai-server pod: whether its controller holds the lease."""
+    out = {}
+    for pod in server_pods(core):
+        statuses = pod.status.container_statuses or []
+        if statuses and statuses[0].ready:
+            out[pod.metadata.name] = bool(hai_of(engine, pod, token).health()["controller_active"])
+    return out
+
+
+@pytest.fixture
+def prod_store() -> Iterator[str]:
+    """A fresh database on the machine's PostgreSQL (127.0.0.1:5432, trust), dropped afterwards."""
+    from tests.support import postgres
+
+    reason = postgres.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with postgres.temporary_database("hai_deploy_prod") as url:
+        yield url
+
+
+def until(predicate: Any, what: str, timeout: float, explain: Any) -> Any:
+    """The predicate's first true answer within `timeout` s, else a failure saying what did not happen."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            answer = predicate()
+        except Exception as e:  # a pod between states, a server not answering yet
+            answer = None
+            last = e
+        if answer:
+            return answer
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"{what} did not happen in {timeout} s ({locals().get('last')}):\n{explain()}"
+            )
+        time.sleep(1)
+
+
+def deploy_prod_on_the_node(cluster: Cluster, manifests: Docs, url: str, token: str, nas: Path) -> None:
+    """What the prod overlay's comments have the user do first (the namespace, its two Secrets, the
+    store's URL naming the fresh PostgreSQL database), a hostPath volume for the NAS claim, the rest."""
+    from kubernetes import client as k8s
+
+    admin_client = cluster.admin()
+    apply(admin_client, manifests[:1])
+    secrets = [(ADMIN_SECRET, token), (DATABASE_SECRET, url)]
+    apply(admin_client, [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NAMESPACE},
+         "stringData": {key: value}}
+        for (name, key), value in secrets
+    ])  # fmt: skip
+    core = k8s.CoreV1Api(admin_client)
+
+    def no_earlier_nas_claim() -> bool:  # the base's node test deletes its hai-nas just before
+        return all(
+            c.metadata.name != "hai-nas"
+            for c in core.list_namespaced_persistent_volume_claim(NAMESPACE).items
+        )
+
+    until(no_earlier_nas_claim, "the earlier claim hai-nas gone", 60, str)
+    core.create_persistent_volume({
+        "metadata": {"name": "hai-deploy-prod-nas"},
+        "spec": {"capacity": {"storage": "1Ti"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "hostPath": {"path": str(nas)}, "claimRef": {"namespace": NAMESPACE, "name": "hai-nas"}},
+    })  # fmt: skip
+    apply(admin_client, manifests[1:])
+
+
+def undeploy_prod(cluster: Cluster, manifests: Docs) -> None:
+    """The Deployment and its pods gone, then what else the prod test made, jobs' pods included."""
+    from kubernetes import client as k8s
+    from kubernetes.dynamic import DynamicClient
+
+    admin_client = cluster.admin()
+    core = k8s.CoreV1Api(admin_client)
+    k8s.AppsV1Api(admin_client).delete_namespaced_deployment("hai-server", NAMESPACE)
+    deadline = time.monotonic() + 60
+    while core.list_namespaced_pod(NAMESPACE).items and time.monotonic() < deadline:
+        for pod in core.list_namespaced_pod(NAMESPACE, label_selector="hai.io/owner=hai").items:
+            core.delete_namespaced_pod(pod.metadata.name, NAMESPACE, grace_period_seconds=0)
+        time.sleep(1)
+    dynamic = DynamicClient(admin_client)
+    for doc in manifests:
+        if doc["kind"] in ("PodDisruptionBudget", "NetworkPolicy", "PersistentVolumeClaim"):
+            resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            resource.delete(name=doc["metadata"]["name"], namespace=NAMESPACE)
+    core.delete_persistent_volume("hai-deploy-prod-nas")
+
+
+def one_controller(core: Any, engine: Engine, token: str) -> dict[str, bool] | None:
+    """Two ready hai-server pods, exactly one of them holding the lease: their roles, else None."""
+    held = roles(core, engine, token)
+    return held if len(held) == 2 and sum(held.values()) == 1 else None
+
+
+@slow_docker
+def test_prod_runs_a_controller_and_a_standby_that_takes_over_when_the_leader_pod_is_deleted(
+    kube_node: Cluster, docker_engine: Engine, product_image: str, busybox_image: str, prod: Docs,
+    prod_store: str, tmp_path: Path,
+) -> None:  # fmt: skip
+    """The prod overlay's two replicas on the fresh PostgreSQL database: one controller, one standby. A job
+    submitted through the standby runs; `kubectl delete pod` of the leader, the standby takes the lease,
+    the replacement pod becomes the standby, and the job is still the same running instance and pod,
+    which the new controller then cancels. NetworkPolicy is not enforced on this node (no CNI)."""
+    from kubernetes import client as k8s
+
+    from hai_airflow.spec import CpuJobSpec
+
+    cluster, token, nas = kube_node, uuid.uuid4().hex, tmp_path / "nas"
+    core = k8s.CoreV1Api(cluster.admin())
+    (nas / "admin" / "code").mkdir(parents=True)
+    for d in (nas, nas / "admin", nas / "admin" / "code"):
+        os.chown(d, 10001, 10001)
+    pdb = "policy/v1" if serves(cluster.admin(), "policy/v1", "PodDisruptionBudget") else "policy/v1beta1"
+    manifests = prod_on_the_test_node(prod, product_image, cluster.api.url.rsplit(":", 1)[1], pdb)
+
+    def explain() -> str:
+        out = [
+            f"{p.metadata.name}: {p.status.phase} {p.status.container_statuses}" for p in server_pods(core)
+        ]
+        return "\n".join(out) + "\n" + cluster.log_tail("kubelet", 20)
+
+    deploy_prod_on_the_node(cluster, manifests, prod_store, token, nas)
+    try:
+        before = until(
+            lambda: one_controller(core, docker_engine, token), "a controller and a standby", 240, explain
+        )
+        (leader,), (standby,) = [[n for n, held in before.items() if held is want] for want in (True, False)]
+        hai = hai_of(docker_engine, {p.metadata.name: p for p in server_pods(core)}[standby], token)
+        spec = CpuJobSpec(task_name="failover", code_path="/nas/admin/code", cmd="sleep 600",
+                          image=busybox_image, cpus=0.2, memory_gb=0.25)  # fmt: skip
+        job = hai.submit(spec)
+        until(lambda: hai.job(job.id).state == "RUNNING", f"job {job.id} running", 120, explain)
+        selector = f"hai.io/owner=hai,hai.io/job-id={job.id}"
+        (job_pod,) = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        instances = [i.id for i in hai.instances(job.id)]
+
+        kubeconfig = cluster.api.kubeconfig(ADMIN_TOKEN, tmp_path / "kubeconfig")
+        deleted = subprocess.run(
+            [str(KUBECTL or "kubectl"), "--kubeconfig", str(kubeconfig), "-n", NAMESPACE,
+             "delete", "pod", leader],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert deleted.returncode == 0, deleted.stderr
+        until(lambda: hai.health()["controller_active"], "the standby taking the lease", 60, explain)
+        after = until(
+            lambda: (r := one_controller(core, docker_engine, token)) and leader not in r and r,
+            "a new standby",
+            180,
+            explain,
+        )
+        assert after[standby] is True, after
+
+        # The job submitted before is accounted for: the same instance, in the same pod, still running.
+        assert hai.job(job.id).state == "RUNNING"
+        assert [i.id for i in hai.instances(job.id)] == instances
+        (same,) = core.list_namespaced_pod(NAMESPACE, label_selector=selector).items
+        assert same.metadata.uid == job_pod.metadata.uid
+        hai.cancel(job.id)
+        until(lambda: hai.job(job.id).state == "CANCELLED", f"job {job.id} cancelled", 60, explain)
+        until(
+            lambda: all(p.metadata.deletion_timestamp for p in core.list_namespaced_pod(
+                NAMESPACE, label_selector=selector).items),
+            "the job's pod deleted by the new controller", 60, explain,
+        )  # fmt: skip
+    finally:
+        undeploy_prod(cluster, manifests)

@@ -1,7 +1,9 @@
-"""`kubectl apply -f DIR` for the tests: a directory's manifests, applied in order by server-side apply."""
+"""`kubectl apply -f DIR` for the tests: a directory's manifests, applied in order by server-side apply;
+and `kubectl kustomize DIR`, what `kubectl apply -k DIR` would apply."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,27 @@ def load_manifests(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
     for path in sorted(directory.glob("*.yaml")):
         out += [(path, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
     return out
+
+
+def load_kustomization(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(file, object) of every document of the files a kustomization.yaml lists under `resources`, in its
+    order (a base of plain files: no kustomize needed to read it)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    out = []
+    for name in kustomization["resources"]:
+        path = directory / name
+        out += [(path, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+    return out
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """The objects `kubectl apply -k DIRECTORY` applies, as kubectl's built-in kustomize renders them."""
+    done = subprocess.run(
+        ["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {directory} failed: {done.stderr}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
 def apply(api_client: Any, docs: list[dict[str, Any]]) -> list[Any]:
