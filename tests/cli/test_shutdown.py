@@ -42,7 +42,8 @@ def test_a_stop_with_followers_attached_is_quick_and_the_follower_reconnects(
         server.start()
         out, err = follower.communicate(timeout=120)
         waited, _ = waiter.communicate(timeout=120)
-    assert took < 3, f"the stop took {took:.1f} s with a follower attached"
+    # Waiting for the follower would take uvicorn's graceful timeout (5 s, `hai serve`) and log it.
+    assert took < 5, f"the stop took {took:.1f} s with a follower attached"
     log = server.log_text()
     assert "timeout graceful shutdown exceeded" not in log and "Exception in ASGI" not in log, log[-2000:]
     assert follower.returncode == 0, err
