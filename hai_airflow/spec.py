@@ -147,9 +147,14 @@ _ENV_NAME_RULE = (
 )
 
 
-def refusal(problem: str, fix: str) -> PydanticCustomError:
+REFUSED, REFUSED_ACROSS_FIELDS = "hai_refused", "hai_refused_across_fields"
+"""Error types of a refusal: of one value, or of two fields compared (`min_workers` above `workers`),
+which JSON Schema cannot state, so a schema-valid request may meet it."""
+
+
+def refusal(problem: str, fix: str, kind: str = REFUSED) -> PydanticCustomError:
     """A validation error that carries its fix; the API's error body shows both."""
-    return PydanticCustomError("hai_refused", "{problem}", {"problem": problem, "fix": fix})
+    return PydanticCustomError(kind, "{problem}", {"problem": problem, "fix": fix})
 
 
 def text_refusal(value: str, forbidden: str = NUL) -> PydanticCustomError | None:
@@ -360,6 +365,19 @@ def _spec_schema_rules(schema: dict[str, Any]) -> None:
     schema.update(_GIT_BRANCH_NEEDS_GIT)
 
 
+_RESIZABLE_IS_ELASTIC = {
+    "if": {"properties": {"min_workers": {"type": "integer"}}, "required": ["min_workers", "elastic"]},
+    "then": {"properties": {"elastic": {"const": True}}},
+}
+"""`DistributedJobSpec._resizable`'s rule on `elastic` as JSON Schema (the one on `workers` compares
+two values, which it cannot state)."""
+
+
+def _distributed_schema_rules(schema: dict[str, Any]) -> None:
+    _spec_schema_rules(schema)
+    schema["allOf"] = [*schema.get("allOf", []), _RESIZABLE_IS_ELASTIC]
+
+
 Processes = Literal["per-gpu", "per-worker"]
 PROCESSES_HELP = (
     "How many processes run the command: per-gpu starts one per GPU of each worker, with the Horovod "
@@ -519,6 +537,8 @@ class StandaloneJobSpec(_JobSpecBase):
 class DistributedJobSpec(_JobSpecBase):
     """Multi-machine Horovod / torch.distributed training: workers x GPUs per worker."""
 
+    model_config = ConfigDict(json_schema_extra=_distributed_schema_rules)
+
     mode: Literal["distributed"] = Field(default="distributed", description="Training mode.")
     workers: int = Field(ge=1, le=1024, description="Number of workers (usually whole machines).")
     worker_image: ImageRef | None = Field(default=None, description="Image of each worker; default: `image`.")
@@ -553,6 +573,7 @@ class DistributedJobSpec(_JobSpecBase):
             raise refusal(
                 f"`min_workers` ({self.min_workers}) is more than `workers` ({self.workers})",
                 "Set min_workers between 1 and workers, or leave it out for a job that never resizes",
+                REFUSED_ACROSS_FIELDS,
             )
         if not self.elastic:
             raise refusal(
