@@ -33,14 +33,19 @@ def test_a_stop_with_followers_attached_is_quick_and_the_follower_reconnects(
             hai_process(["wait", str(job), "--for", "SUCCEEDED", "--timeout", "120"]),
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        time.sleep(2)  # both hold a request open
+        assert follower.stdout is not None
+        first = follower.stdout.readline()  # the follower is attached (its CLI may start slowly)
+        time.sleep(2)  # the waiter holds a request open too
         began = time.monotonic()
         server.stop()
         took = time.monotonic() - began
         time.sleep(1)
         assert follower.poll() is None and waiter.poll() is None, "both wait for the server to come back"
         server.start()
-        out, err = follower.communicate(timeout=120)
+        # Read on from the same buffered stream: `communicate` would skip what readline buffered.
+        out = first + follower.stdout.read()
+        follower.wait(timeout=120)
+        err = follower.stderr.read() if follower.stderr else ""
         waited, _ = waiter.communicate(timeout=120)
     # Waiting for the follower would take uvicorn's graceful timeout (5 s, `hai serve`) and log it.
     assert took < 5, f"the stop took {took:.1f} s with a follower attached"
