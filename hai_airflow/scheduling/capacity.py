@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import Job, Node, Shape
+from hai_airflow.scheduling.model import Job, Node, Shape, WorkerPlacement
 from hai_airflow.scheduling.usage import NodeFreeBase, Usage
 
 EPS = 1e-9
@@ -160,9 +160,13 @@ class FreeCapacity:
         self._changed(f)
 
     def release(self, job: Job) -> None:
-        """Give back what the placed job uses, as its suspension would (nodes the snapshot does not
-        have skipped)."""
-        for w in job.placement:
+        """Give back what the placed job uses, as its suspension would."""
+        self.release_workers(job.placement)
+
+    def release_workers(self, workers: Sequence[WorkerPlacement]) -> None:
+        """Give back what these workers use, as a suspension or a shrink would (nodes the snapshot
+        does not have skipped)."""
+        for w in workers:
             f = self.named(w.node)
             if f is not None:
                 self.give(f, w.gpus, w.cpus, w.memory_gb)

@@ -29,7 +29,7 @@ from hai_airflow.scheduling.model import (
 from hai_airflow.scheduling.placement import describe_placement, never_fits, place, shortfall
 from hai_airflow.scheduling.policies import Policy
 from hai_airflow.scheduling.quota import count_high, headroom, over_quota
-from hai_airflow.scheduling.resize import Cut, describe_resize, find_cut, growth, release_workers, resizing
+from hai_airflow.scheduling.resize import Cut, describe_resize, find_cut, growth, resizing
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimCandidates, find_victims
 from hai_airflow.spec import JobState
@@ -227,7 +227,7 @@ class Cycle:
     def shrink(self, job: Job, shape: Shape, cut: Cut) -> bool:
         """Restart the cut's job on the workers it keeps; the preemptor gets what the others free."""
         with self.cap.trial() as trial:
-            release_workers(self.cap, cut.freed)
+            self.cap.release_workers(cut.freed)
             placement = place(self.cap, shape)
             if placement is None:
                 return False

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hai_airflow.scheduling.capacity import FreeCapacity
-from hai_airflow.scheduling.model import Job, Placement, Shape, WorkerPlacement
+from hai_airflow.scheduling.model import Job, Placement, Shape
 from hai_airflow.scheduling.placement import place_in_pool
 from hai_airflow.spec import JobState
 
@@ -31,14 +31,6 @@ class Cut:
     job: Job
     kept: Placement
     freed: Placement
-
-
-def release_workers(cap: FreeCapacity, workers: Sequence[WorkerPlacement]) -> None:
-    """Give back what these workers use (nodes the snapshot does not have skipped)."""
-    for w in workers:
-        f = cap.named(w.node)
-        if f is not None:
-            cap.give(f, w.gpus, w.cpus, w.memory_gb)
 
 
 def resizing(job: Job) -> bool:
@@ -58,7 +50,7 @@ def least_cut(cap: FreeCapacity, shape: Shape, job: Job) -> Cut | None:
     placement = job.placement
     with cap.trial():
         for keep in range(len(placement) - 1, job.min_workers - 1, -1):
-            release_workers(cap, placement[keep : keep + 1])
+            cap.release_workers(placement[keep : keep + 1])
             if cap.fits(shape):
                 return Cut(job, placement[:keep], placement[keep:])
     return None
