@@ -26,7 +26,7 @@ from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobView, Standalone
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE
 from tests.support.docker_engine import REPO, busybox_image, docker_engine, torch_image
 from tests.support.kube_apiserver import SERVER_TOKEN, grant_server_rbac
-from tests.support.kube_node import GPU_TYPE, Cluster, kube_node
+from tests.support.kube_node import GPU_TYPE, Cluster, kube_node, nas_claim
 from tests.support.live_server import LiveServer
 from tests.support.training_code import copy_training_code
 
@@ -148,30 +148,7 @@ def open_site(cluster: Cluster, tmp: Path, pin: str = "affinity") -> Site:
     # The NAS: a directory of this machine as a hostPath PersistentVolume, bound by the controller manager.
     nas = tmp / "nas"
     (nas / "code").mkdir(parents=True)
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": f"{namespace}-nas"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "hostPath": {"path": str(nas), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "hai-nas"},
-            },
-        }
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "metadata": {"name": "hai-nas"},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": f"{namespace}-nas",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
+    nas_claim(core, namespace, nas)
     _wait(lambda: core.read_namespaced_persistent_volume_claim("hai-nas", namespace).status.phase == "Bound",
           "the NAS claim to be bound")  # fmt: skip
     # Pods are admitted once the service account controller made the namespace's default account.

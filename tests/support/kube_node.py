@@ -255,6 +255,34 @@ def _wait_ready(cluster: Cluster, procs: list[subprocess.Popen[bytes]], timeout:
     raise RuntimeError(f"node {cluster.node} not Ready after {timeout:.0f} s:\n{cluster.log_tail('kubelet')}")
 
 
+def nas_claim(core: Any, namespace: str, path: Path) -> None:
+    """A hostPath PersistentVolume of `path`, bound to the claim `hai-nas` of `namespace`."""
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": f"{namespace}-nas"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(path), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": "hai-nas"},
+            },
+        }
+    )
+    core.create_namespaced_persistent_volume_claim(
+        namespace,
+        {
+            "metadata": {"name": "hai-nas"},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": f"{namespace}-nas",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    )
+
+
 def advertise_gpus(cluster: Cluster, gpus: int = GPUS) -> None:
     """What a device plugin would do: `nvidia.com/gpu` in the node's capacity (the kubelet adds it to
     allocatable), done here by patching the node's status."""

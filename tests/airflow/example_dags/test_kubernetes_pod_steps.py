@@ -21,7 +21,7 @@ import pytest
 from tests.airflow.helpers import REPO, load_dag, task_states, xcom
 from tests.support.docker_engine import busybox_image, docker_engine
 from tests.support.kube_apiserver import ADMIN_TOKEN
-from tests.support.kube_node import Cluster, kube_node
+from tests.support.kube_node import Cluster, kube_node, nas_claim
 from tests.support.live_server import LiveServer
 
 __all__ = ["busybox_image", "docker_engine", "kube_node"]  # session fixtures used below
@@ -45,34 +45,6 @@ def _wait(predicate: Callable[[], Any], what: str, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def _nas_volume(core: Any, namespace: str, path: Path) -> None:
-    """A hostPath PersistentVolume of `path`, bound to the claim `hai-nas` of `namespace`."""
-    core.create_persistent_volume(
-        {
-            "metadata": {"name": f"{namespace}-nas"},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "hostPath": {"path": str(path), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": "hai-nas"},
-            },
-        }
-    )
-    core.create_namespaced_persistent_volume_claim(
-        namespace,
-        {
-            "metadata": {"name": "hai-nas"},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": f"{namespace}-nas",
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        },
-    )
-
-
 @pytest.fixture
 def nas(kube_node: Cluster, tmp_path: Path) -> Iterator[Nas]:
     from kubernetes import client
@@ -82,7 +54,7 @@ def nas(kube_node: Cluster, tmp_path: Path) -> Iterator[Nas]:
     core.create_namespace({"metadata": {"name": namespace}})
     path = tmp_path / "nas"
     path.mkdir()
-    _nas_volume(core, namespace, path)
+    nas_claim(core, namespace, path)
     try:
         _wait(lambda: core.read_namespaced_persistent_volume_claim("hai-nas", namespace).status.phase
               == "Bound", "the NAS claim to be bound")  # fmt: skip
