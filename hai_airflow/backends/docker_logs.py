@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Iterator
 
 _FRACTION = re.compile(r"\.(\d+)")
+_STAMPED = re.compile(rb"\d{4}-\d\d-\d\dT\S* ")
 MAX_PIECE = 64 * 1024
 """The longest text one merged item holds; longer lines are passed on in pieces."""
 
@@ -21,6 +22,15 @@ def worker_prefix(rank: int, workers: int) -> str:
 def _time_key(stamp: str) -> str:
     # The engine trims trailing zeros of RFC 3339 nanoseconds; pad them back so the text sorts by time.
     return _FRACTION.sub(lambda m: "." + m.group(1).ljust(9, "0"), stamp, count=1)
+
+
+def stamped_only(raw: bytes) -> bytes:
+    """The lines of a whole `logs(timestamps=True)` answer that carry a stamp.
+
+    A kubelet whose log file vanished while it read (the pod was removed) writes its error into the body:
+    that text carries no stamp, is not the job's, and must not replace a log captured before.
+    """
+    return b"".join(line for line in raw.splitlines(keepends=True) if _STAMPED.match(line))
 
 
 def stamped_lines(chunks: Iterable[bytes], prefix: str = "") -> Iterator[tuple[str, str]]:

@@ -23,7 +23,7 @@ from kubernetes.utils.quantity import parse_quantity
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import BackendUnavailable, Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import make_beneath
-from hai_airflow.backends.docker_logs import merge
+from hai_airflow.backends.docker_logs import merge, stamped_only
 from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.inventory import gpu_type
 from hai_airflow.backends.jobuser import JobUser
@@ -571,6 +571,7 @@ class KubernetesBackend(ServedLogs):
         except Exception as e:
             log.debug("cannot read the log of pod %s: %s", name, e)
             return
+        raw = stamped_only(raw)
         with self._lock:
             # A later read never replaces a longer one (a follower may end after the pod's last read).
             if len(raw) >= len(inst.logs.get(name, b"")):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends.docker_logs import MAX_PIECE, last_lines, merge
+from hai_airflow.backends.docker_logs import MAX_PIECE, last_lines, merge, stamped_only
 from hai_airflow.backends.live_logs import FanIn, WorkerLog, prefixed_lines, read_workers
 from hai_airflow.spec import StandaloneJobSpec
 from tests.support.docker_engine import DockerJobs, Engine, busybox_image, docker_engine, docker_server
@@ -22,6 +22,15 @@ def test_workers_interleave_by_time_even_when_the_engine_trims_trailing_zeros() 
     w0 = b"2026-01-01T00:00:00.5Z second\n2026-01-01T00:00:01Z fourth\n"
     w1 = b"2026-01-01T00:00:00.123456789Z first\n2026-01-01T00:00:00.9Z third\n"
     assert merge([w0, w1]) == "[worker 1] first\n[worker 0] second\n[worker 1] third\n[worker 0] fourth\n"
+
+
+def test_a_kubelet_error_written_into_the_answer_is_not_a_log_line() -> None:
+    """Seen in CI: a follow ending after the pod was removed answered only the kubelet's error text."""
+    kept = b"2026-12-07T04:00:00.1Z HAI_RESUME=0\n2026-12-07T04:00:01.2Z step 1\n"
+    error = b'failed to try resolving symlinks in path "/var/log/pods/x/job/0.log": no such file\n'
+    assert stamped_only(kept + error) == kept
+    assert stamped_only(error) == b""
+    assert merge([stamped_only(kept + error)]) == "HAI_RESUME=0\nstep 1\n"
 
 
 def test_one_worker_keeps_its_own_order_and_no_prefix() -> None:
