@@ -227,12 +227,17 @@ def torch_rootfs_tar() -> Path:
 def torch_image(docker_engine: Engine) -> str:
     """Debian's python3 with the tests' torch and Horovod, imported from the cached root, tagged by key."""
     try:
-        tar = torch_rootfs_tar()
+        return import_torch(docker_engine)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
         pytest.skip(f"docker tier: the torch image cannot be built here: {e}")
+
+
+def import_torch(engine: Engine) -> str:
+    """The torch image on `engine`, imported from the cached root unless it is there already; its tag."""
+    tar = torch_rootfs_tar()
     tag = f"hai-ci/torch:{tar.stem.removeprefix('torch-')}"
-    if not _has_image(docker_engine.client, tag):
-        _import(docker_engine.client, tar, tag, ["ENV PATH=/usr/local/bin:/usr/bin:/bin", "WORKDIR /"])
+    if not _has_image(engine.client, tag):
+        _import(engine.client, tar, tag, ["ENV PATH=/usr/local/bin:/usr/bin:/bin", "WORKDIR /"])
     return tag
 
 

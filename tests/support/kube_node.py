@@ -1,6 +1,7 @@
 """A real one-node Kubernetes cluster for the tests, one per session: etcd, kube-apiserver, kube-scheduler,
 kube-controller-manager and a kubelet whose built-in dockershim runs the pods on the Docker tier's private
-dockerd. All four binaries come from Debian's kubernetes source package (.ci/kubernetes.sh).
+dockerd. All four binaries come from Debian's kubernetes source package (.ci/kubernetes.sh). `second_node`
+joins another kubelet, on a dockerd of its own, for the tests that need two nodes.
 
 What stands in for a GPU cluster's parts, and why:
 - GPUs: no device plugin runs (there are no GPUs); the node advertises `nvidia.com/gpu` as an extended
@@ -186,44 +187,8 @@ def start(exes: dict[str, Path], engine: Engine, work: Path) -> tuple[Cluster, l
                 work / "kube-controller-manager.log",
             )
         )
-        root = work / "kubelet"
-        root.mkdir()
-        procs.append(
-            _spawn(
-                [
-                    str(exes["kubelet"]),
-                    f"--kubeconfig={kubeconfig}",
-                    f"--hostname-override={NODE}",
-                    f"--node-ip={ip}",
-                    f"--node-labels=hai.io/gpu-type={GPU_TYPE}",
-                    "--container-runtime=docker",
-                    f"--docker-endpoint={engine.url}",
-                    f"--pod-infra-container-image={pause}",
-                    f"--root-dir={root}",
-                    f"--cert-dir={work / 'kubelet-pki'}",
-                    f"--volume-plugin-dir={work / 'volume-plugins'}",
-                    f"--port={_free_port()}",
-                    "--read-only-port=0",
-                    "--healthz-port=0",
-                    # The API server fetches pod logs from here; only this machine can reach it.
-                    "--anonymous-auth=true",
-                    "--authorization-mode=AlwaysAllow",
-                    "--fail-swap-on=false",
-                    "--cgroup-driver=cgroupfs",
-                    "--cgroups-per-qos=false",
-                    "--enforce-node-allocatable=",
-                    "--make-iptables-util-chains=false",
-                    "--hairpin-mode=none",
-                    "--eviction-hard=memory.available<1Mi,nodefs.available<1%,imagefs.available<1%",
-                    "--image-gc-high-threshold=100",
-                    "--image-gc-low-threshold=99",
-                    "--serialize-image-pulls=false",
-                    "--node-status-update-frequency=2s",
-                    "--v=2",
-                ],
-                work / "kubelet.log",
-            )
-        )
+        kubelet = kubelet_argv(exes["kubelet"], kubeconfig, NODE, engine, pause, work)
+        procs.append(_spawn(kubelet, work / "kubelet.log"))
         cluster = Cluster(server, NODE, ip, work, procs)
         _wait_ready(cluster, procs)
         advertise_gpus(cluster)
@@ -233,9 +198,47 @@ def start(exes: dict[str, Path], engine: Engine, work: Path) -> tuple[Cluster, l
     return cluster, procs
 
 
+def kubelet_argv(exe: Path, kubeconfig: Path, name: str, engine: Engine, pause: str, work: Path) -> list[str]:
+    """A kubelet registering node `name` at this machine's address, its pods on `engine`; its state (root,
+    certificates, dockershim socket and checkpoints) under `work`, so that two of them can run here."""
+    (work / "kubelet").mkdir()
+    return [
+        str(exe),
+        f"--kubeconfig={kubeconfig}",
+        f"--hostname-override={name}",
+        f"--node-ip={node_ip()}",
+        f"--node-labels=hai.io/gpu-type={GPU_TYPE}",
+        "--container-runtime=docker",
+        f"--docker-endpoint={engine.url}",
+        f"--container-runtime-endpoint=unix://{work / 'dockershim.sock'}",
+        f"--experimental-dockershim-root-directory={work / 'dockershim'}",
+        f"--pod-infra-container-image={pause}",
+        f"--root-dir={work / 'kubelet'}",
+        f"--cert-dir={work / 'kubelet-pki'}",
+        f"--volume-plugin-dir={work / 'volume-plugins'}",
+        f"--port={_free_port()}",
+        "--read-only-port=0",
+        "--healthz-port=0",
+        # The API server fetches pod logs from here; only this machine can reach it.
+        "--anonymous-auth=true",
+        "--authorization-mode=AlwaysAllow",
+        "--fail-swap-on=false",
+        "--cgroup-driver=cgroupfs",
+        "--cgroups-per-qos=false",
+        "--enforce-node-allocatable=",
+        "--make-iptables-util-chains=false",
+        "--hairpin-mode=none",
+        "--eviction-hard=memory.available<1Mi,nodefs.available<1%,imagefs.available<1%",
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold=99",
+        "--serialize-image-pulls=false",
+        "--node-status-update-frequency=2s",
+        "--v=2",
+    ]
+
+
 def _wait_ready(cluster: Cluster, procs: list[subprocess.Popen[bytes]], timeout: float = 120) -> None:
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     core = client.CoreV1Api(cluster.admin())
     deadline = time.monotonic() + timeout
@@ -243,16 +246,23 @@ def _wait_ready(cluster: Cluster, procs: list[subprocess.Popen[bytes]], timeout:
         for proc, name in zip(procs[2:], BINARIES[1:], strict=True):
             if proc.poll() is not None:
                 raise RuntimeError(f"{name} exited with {proc.returncode}:\n{cluster.log_tail(name)}")
-        try:
-            node = core.read_node(cluster.node)
-            ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
-            if ready and ready[0].status == "True":
-                return
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        if _is_ready(core, cluster.node):
+            return
         time.sleep(0.5)
     raise RuntimeError(f"node {cluster.node} not Ready after {timeout:.0f} s:\n{cluster.log_tail('kubelet')}")
+
+
+def _is_ready(core: Any, name: str) -> bool:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        node = core.read_node(name)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return False
+    ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
+    return bool(ready) and ready[0].status == "True"
 
 
 def nas_claim(core: Any, namespace: str, path: Path) -> None:
@@ -283,20 +293,66 @@ def nas_claim(core: Any, namespace: str, path: Path) -> None:
     )
 
 
-def advertise_gpus(cluster: Cluster, gpus: int = GPUS) -> None:
-    """What a device plugin would do: `nvidia.com/gpu` in the node's capacity (the kubelet adds it to
-    allocatable), done here by patching the node's status."""
+def advertise_gpus(cluster: Cluster, gpus: int = GPUS, node: str | None = None) -> None:
+    """What a device plugin would do: `nvidia.com/gpu` in the capacity of `node` (the cluster's first by
+    default; the kubelet adds it to allocatable), done here by patching the node's status."""
     from kubernetes import client
 
     core = client.CoreV1Api(cluster.admin())
-    core.patch_node_status(cluster.node, {"status": {"capacity": {"nvidia.com/gpu": str(gpus)}}})
+    name = node or cluster.node
+    core.patch_node_status(name, {"status": {"capacity": {"nvidia.com/gpu": str(gpus)}}})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        allocatable = core.read_node(cluster.node).status.allocatable or {}
+        allocatable = core.read_node(name).status.allocatable or {}
         if allocatable.get("nvidia.com/gpu") == str(gpus):
             return
         time.sleep(0.2)
     raise RuntimeError("the kubelet did not make the patched nvidia.com/gpu allocatable within 30 s")
+
+
+@contextmanager
+def second_node(cluster: Cluster, engine: Engine, work: Path, name: str = "hai-node-1") -> Iterator[str]:
+    """Another kubelet joining `cluster` as node `name` for the body, its pods on `engine`, which must be a
+    dockerd of its own: a kubelet kills every pod container of its engine that it does not know.
+
+    It runs in a mount namespace of its own where /var/log/pods and /var/log/containers are directories
+    of its own (a kubelet removes the log directories of pods it does not know: the first node's). Its
+    root is a shared mount, so the volumes it mounts there reach its dockerd, which runs outside.
+    At the end the kubelet stops, the node is deleted and its pod containers are removed.
+    """
+    from kubernetes import client
+
+    exe = api.binary("kubelet")
+    assert exe is not None, "no kubelet binary; build it with .ci/kubernetes.sh"
+    core = client.CoreV1Api(cluster.admin())
+    logs = work / "var-log"
+    for sub in ("pods", "containers"):
+        (logs / sub).mkdir(parents=True)
+        Path("/var/log", sub).mkdir(parents=True, exist_ok=True)
+    argv = kubelet_argv(exe, cluster.dir / "admin.kubeconfig", name, engine, pause_image(engine, work), work)
+    root = work / "kubelet"
+    subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
+    subprocess.run(["mount", "--make-shared", str(root)], check=True)
+    private = " && ".join(f"mount --bind {logs / sub} /var/log/{sub}" for sub in ("pods", "containers"))
+    unshared = ["unshare", "--mount", "--propagation=unchanged", "sh", "-c", f'{private} && exec "$@"', "sh"]
+    kubelet = _spawn([*unshared, *argv], work / "kubelet.log")
+    try:
+        deadline = time.monotonic() + 120
+        while not _is_ready(core, name):
+            if kubelet.poll() is not None or time.monotonic() > deadline:
+                tail = "\n".join((work / "kubelet.log").read_text(errors="replace").splitlines()[-40:])
+                raise RuntimeError(f"node {name} not Ready:\n{tail}")
+            time.sleep(0.5)
+        advertise_gpus(cluster, node=name)
+        yield name
+    finally:
+        api.stop([kubelet])
+        _ = core.delete_node(name, _preload_content=False).data
+        for container in engine.client.containers.list(  # type: ignore[attr-defined]
+            all=True, filters={"label": "io.kubernetes.docker.type"}
+        ):
+            container.remove(force=True)
+        unmount_below(work)
 
 
 @pytest.fixture(scope="session")

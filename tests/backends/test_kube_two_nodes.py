@@ -1,0 +1,120 @@
+"""A distributed job across two real nodes: the kube-scheduler binds its workers' pods to two kubelets, each
+with a dockerd of its own (tests/support/kube_node.py `second_node`); suspended for a high job and resumed,
+it ends with the weights of the same training run uninterrupted outside any cluster.
+
+Both nodes are this machine, on the host network: the ranks meet at the node address, as they would at
+two machines' addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tests.backends.test_kube_node as node_tier
+from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.client import HaiClient
+from hai_airflow.spec import DistributedJobSpec, StandaloneJobSpec
+from tests.support.docker_engine import (
+    Engine,
+    OwnEngine,
+    busybox_image,
+    docker_engine,
+    import_busybox,
+    import_torch,
+    torch_image,
+)
+from tests.support.kube_node import NODE, Cluster, kube_node, second_node
+from tests.support.training_code import copy_training_code
+from tests.training.gang import Instance
+
+pytestmark = [pytest.mark.kube, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
+__all__ = ["busybox_image", "docker_engine", "kube_node", "torch_image"]  # session fixtures used below
+
+TRAIN = "python3 include/train_distributed.py --steps 60 --ckpt-every 10 --backend torch"
+
+
+@pytest.fixture(scope="module")
+def two_nodes(
+    kube_node: Cluster, torch_image: str, busybox_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Cluster, str]]:
+    """The session's cluster with a second node for this module, on a dockerd holding the same images."""
+    pytest.importorskip("docker", reason="the docker SDK is not installed (pip install '.[docker]')")
+    if os.geteuid() != 0:
+        pytest.skip("two-node tier skipped: the second kubelet's mount namespace needs root")
+    work = tmp_path_factory.mktemp("node-1")
+    own = OwnEngine(work / "dockerd", live_restore=False)
+    try:
+        engine: Engine = own.start()
+        assert import_torch(engine) == torch_image and import_busybox(engine, work) == busybox_image
+        with second_node(kube_node, engine, work / "node") as name:
+            yield kube_node, name
+    finally:
+        own.close()
+
+
+@pytest.fixture
+def site(two_nodes: tuple[Cluster, str], tmp_path: Path) -> Iterator[node_tier.Site]:
+    s = node_tier.open_site(two_nodes[0], tmp_path)
+    copy_training_code(s.code)
+    try:
+        yield s
+    finally:
+        node_tier.close_site(s)
+
+
+def nodes_of(site: node_tier.Site, client: HaiClient, job_id: int, instance: int) -> list[str] | None:
+    """The nodes of the pods of the job's `instance`-th instance (0: its first), once both are bound."""
+    instances = client.instances(job_id)
+    if len(instances) <= instance:
+        return None
+    selector = f"{m.LABEL_INSTANCE}={instances[instance].id}"
+    pods = site.core().list_namespaced_pod(site.namespace, label_selector=selector).items
+    nodes = sorted(p.spec.node_name or "" for p in pods)
+    return nodes if len(nodes) == 2 and all(nodes) else None
+
+
+def reference_weights(site: node_tier.Site, tmp: Path) -> str:
+    """The same two ranks through the platform's launcher as plain processes here, nobody stopping them."""
+    model = tmp / "reference"
+    env = {**node_tier.train_env(site), "HAI_MODEL_DIR": str(model)}
+    run = Instance(TRAIN, workers=2, gpus=1, cwd=site.code, log=tmp / "reference.log", env=env)
+    assert run.wait(timeout=300) == [0, 0], run.text()
+    return str(json.loads((model / "metrics.json").read_text())["weights_sha256"])
+
+
+def test_a_gang_across_two_nodes_is_suspended_resumed_and_ends_as_if_uninterrupted(
+    site: node_tier.Site, two_nodes: tuple[Cluster, str], torch_image: str, busybox_image: str, tmp_path: Path
+) -> None:
+    model = site.nas / "models" / "across"
+    spec = DistributedJobSpec(
+        task_name="across", code_path=str(site.code), image=torch_image, workers=2, worker_resource_pkg=457,
+        processes="per-worker", cmd=f"{TRAIN} --step-sleep 0.15", env=node_tier.train_env(site),
+        model_dir=str(model),
+    )  # fmt: skip
+    with site.live.client("lena-token") as lena, site.live.client("hugo-token") as hugo:
+        low = lena.submit(spec)
+        node_tier.wait_state(lena, low.id, "RUNNING")
+        first = node_tier._wait(lambda: nodes_of(site, lena, low.id, 0), "the pods")
+        saved = model / "checkpoint-00000010.pt"
+        node_tier._wait(lambda: saved.exists() or None, "the first checkpoint", 120)
+        urgent = StandaloneJobSpec(
+            task_name="urgent", code_path=str(site.code), image=busybox_image, resource_pkg=457,
+            max_schedule=4, cmd="echo urgent",
+        )  # fmt: skip
+        high = hugo.submit(urgent)
+        assert node_tier.wait_state(hugo, high.id, "SUCCEEDED", "FAILED").state == "SUCCEEDED"
+        second = node_tier._wait(lambda: nodes_of(site, lena, low.id, 1), "the resumed pods", 120)
+        done = node_tier.wait_state(lena, low.id, "SUCCEEDED", "FAILED")
+        stopped, last = lena.instances(low.id)
+        logs = lena.log(stopped.id) + lena.log(last.id)
+    assert done.state == "SUCCEEDED", f"{done.reason}\n{logs}"
+    assert first == second == sorted([NODE, two_nodes[1]]), (first, second)
+    assert (done.instances, done.preemptions, stopped.preempted_by) == (2, 1, high.id)
+    result = json.loads((model / "metrics.json").read_text())
+    assert (result["steps"], result["size"]) == (60, 2)
+    assert result["weights_sha256"] == reference_weights(site, tmp_path), logs
