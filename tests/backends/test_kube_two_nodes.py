@@ -1,9 +1,11 @@
 """A distributed job across two real nodes: the kube-scheduler binds its workers' pods to two kubelets, each
-with a dockerd of its own (tests/support/kube_node.py `second_node`); suspended for a high job and resumed,
-it ends with the weights of the same training run uninterrupted outside any cluster.
+with a dockerd of its own (tests/support/kube_node.py `second_node`); its ranks, started by the platform's
+launcher, train over torch.distributed or Horovod; suspended for a high job and resumed, it ends with the
+weights of the same training run uninterrupted outside any cluster.
 
-Both nodes are this machine, on the host network: the ranks meet at the node address, as they would at
-two machines' addresses.
+For this module each node advertises one GPU, so a job of two 1-GPU workers fills both nodes. Both nodes
+are this machine, on the host network: the ranks meet at the node address, as they would at two
+machines' addresses.
 """
 
 from __future__ import annotations
@@ -28,21 +30,22 @@ from tests.support.docker_engine import (
     import_torch,
     torch_image,
 )
-from tests.support.kube_node import NODE, Cluster, kube_node, second_node
+from tests.support.kube_node import GPUS, NODE, Cluster, advertise_gpus, kube_node, second_node
 from tests.support.training_code import copy_training_code
 from tests.training.gang import Instance
 
 pytestmark = [pytest.mark.kube, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
 __all__ = ["busybox_image", "docker_engine", "kube_node", "torch_image"]  # session fixtures used below
 
-TRAIN = "python3 include/train_distributed.py --steps 60 --ckpt-every 10 --backend torch"
+TRAIN = "python3 include/train_distributed.py --steps 60 --ckpt-every 10"
 
 
 @pytest.fixture(scope="module")
 def two_nodes(
     kube_node: Cluster, torch_image: str, busybox_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Cluster, str]]:
-    """The session's cluster with a second node for this module, on a dockerd holding the same images."""
+    """The session's cluster with a second node for this module, on a dockerd holding the same images;
+    each node advertises one GPU meanwhile."""
     pytest.importorskip("docker", reason="the docker SDK is not installed (pip install '.[docker]')")
     if os.geteuid() != 0:
         pytest.skip("two-node tier skipped: the second kubelet's mount namespace needs root")
@@ -52,8 +55,11 @@ def two_nodes(
         engine: Engine = own.start()
         assert import_torch(engine) == torch_image and import_busybox(engine, work) == busybox_image
         with second_node(kube_node, engine, work / "node") as name:
+            advertise_gpus(kube_node, 1)
+            advertise_gpus(kube_node, 1, node=name)
             yield kube_node, name
     finally:
+        advertise_gpus(kube_node, GPUS)
         own.close()
 
 
@@ -78,23 +84,29 @@ def nodes_of(site: node_tier.Site, client: HaiClient, job_id: int, instance: int
     return nodes if len(nodes) == 2 and all(nodes) else None
 
 
-def reference_weights(site: node_tier.Site, tmp: Path) -> str:
+def reference_weights(site: node_tier.Site, tmp: Path, train: str) -> str:
     """The same two ranks through the platform's launcher as plain processes here, nobody stopping them."""
     model = tmp / "reference"
     env = {**node_tier.train_env(site), "HAI_MODEL_DIR": str(model)}
-    run = Instance(TRAIN, workers=2, gpus=1, cwd=site.code, log=tmp / "reference.log", env=env)
+    run = Instance(train, workers=2, gpus=1, cwd=site.code, log=tmp / "reference.log", env=env)
     assert run.wait(timeout=300) == [0, 0], run.text()
     return str(json.loads((model / "metrics.json").read_text())["weights_sha256"])
 
 
+@pytest.mark.parametrize("backend", ["torch", "horovod"])
 def test_a_gang_across_two_nodes_is_suspended_resumed_and_ends_as_if_uninterrupted(
-    site: node_tier.Site, two_nodes: tuple[Cluster, str], torch_image: str, busybox_image: str, tmp_path: Path
+    site: node_tier.Site,
+    two_nodes: tuple[Cluster, str],
+    torch_image: str,
+    busybox_image: str,
+    tmp_path: Path,
+    backend: str,
 ) -> None:
     model = site.nas / "models" / "across"
+    train = f"{TRAIN} --backend {backend}"
     spec = DistributedJobSpec(
-        task_name="across", code_path=str(site.code), image=torch_image, workers=2, worker_resource_pkg=457,
-        processes="per-worker", cmd=f"{TRAIN} --step-sleep 0.15", env=node_tier.train_env(site),
-        model_dir=str(model),
+        task_name="across", code_path=str(site.code), image=torch_image, workers=2, worker_resource_pkg=454,
+        cmd=f"{train} --step-sleep 0.15", env=node_tier.train_env(site), model_dir=str(model),
     )  # fmt: skip
     with site.live.client("lena-token") as lena, site.live.client("hugo-token") as hugo:
         low = lena.submit(spec)
@@ -103,7 +115,7 @@ def test_a_gang_across_two_nodes_is_suspended_resumed_and_ends_as_if_uninterrupt
         saved = model / "checkpoint-00000010.pt"
         node_tier._wait(lambda: saved.exists() or None, "the first checkpoint", 120)
         urgent = StandaloneJobSpec(
-            task_name="urgent", code_path=str(site.code), image=busybox_image, resource_pkg=457,
+            task_name="urgent", code_path=str(site.code), image=busybox_image, resource_pkg=454,
             max_schedule=4, cmd="echo urgent",
         )  # fmt: skip
         high = hugo.submit(urgent)
@@ -117,4 +129,4 @@ def test_a_gang_across_two_nodes_is_suspended_resumed_and_ends_as_if_uninterrupt
     assert (done.instances, done.preemptions, stopped.preempted_by) == (2, 1, high.id)
     result = json.loads((model / "metrics.json").read_text())
     assert (result["steps"], result["size"]) == (60, 2)
-    assert result["weights_sha256"] == reference_weights(site, tmp_path), logs
+    assert result["weights_sha256"] == reference_weights(site, tmp_path, train), logs
