@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from tests.support import postgres
+from tests.support.docker_engine import busybox_image, docker_engine, own_engine, torch_image
+from tests.support.kube_apiserver import kube_apiserver
+from tests.support.kube_node import kube_node
 from tests.support.live_server import TEST_CONFIG, LiveServer, start_server
+
+# The docker and kube tiers' fixtures, defined here once: a session fixture a test module imports is
+# that module's own, so every module would start its own dockerd and cluster, all alive until the end
+# (and kubelets sharing /var/log/pods remove each other's pod logs).
+__all__ = ["busybox_image", "docker_engine", "kube_apiserver", "kube_node", "own_engine", "torch_image"]
 
 
 @pytest.fixture

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from hai_airflow.backends.base import Handle, StartError
-from tests.support.docker_engine import DockerJobs, Engine, busybox_image, docker_engine
+from tests.support.docker_engine import DockerJobs, Engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
 
 
 @pytest.fixture

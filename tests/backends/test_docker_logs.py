@@ -12,9 +12,7 @@ import pytest
 from hai_airflow.backends.docker_logs import MAX_PIECE, last_lines, merge, stamped_only
 from hai_airflow.backends.live_logs import FanIn, WorkerLog, prefixed_lines, read_workers
 from hai_airflow.spec import StandaloneJobSpec
-from tests.support.docker_engine import DockerJobs, Engine, busybox_image, docker_engine, docker_server
-
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
+from tests.support.docker_engine import DockerJobs, Engine, docker_server
 
 
 def test_workers_interleave_by_time_even_when_the_engine_trims_trailing_zeros() -> None:

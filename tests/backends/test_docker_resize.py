@@ -13,11 +13,10 @@ import pytest
 from hai_airflow.backends import docker_config as cfg
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import DistributedJobSpec, InstanceView, StandaloneJobSpec
-from tests.support.docker_engine import Engine, busybox_image, docker_engine, docker_server
+from tests.support.docker_engine import Engine, docker_server
 from tests.support.live_server import LiveServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
 
 TIMEOUT = 120.0
 

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from hai_airflow.spec import StandaloneJobSpec
-from tests.support.docker_engine import Engine, busybox_image, docker_engine, docker_server
+from tests.support.docker_engine import Engine, docker_server
 from tests.support.live_server import LiveServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
 
 
 @pytest.fixture

@@ -11,13 +11,12 @@ from typing import Any
 
 import pytest
 
-from tests.support.docker_engine import DockerJobs, Engine, docker_engine, torch_image
+from tests.support.docker_engine import DockerJobs, Engine
 from tests.support.horovod import DETERMINISTIC, run_reference
 from tests.support.training_code import copy_training_code
 
 # The first run on a machine builds the torch root filesystem (minutes) inside the first test's time.
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1500)]
-__all__ = ["docker_engine", "torch_image"]  # session fixtures used by the tests below
 
 STEPS = 60
 TRAIN = f"python3 include/train.py --steps {STEPS} --ckpt-every 10 --step-sleep 0.1 --log-every 5"

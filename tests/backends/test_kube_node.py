@@ -24,14 +24,13 @@ from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobView, StandaloneJobSpec
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE
-from tests.support.docker_engine import REPO, busybox_image, docker_engine, torch_image
+from tests.support.docker_engine import REPO
 from tests.support.kube_apiserver import SERVER_TOKEN, grant_server_rbac
-from tests.support.kube_node import GPU_TYPE, Cluster, kube_node, nas_claim
+from tests.support.kube_node import GPU_TYPE, Cluster, nas_claim
 from tests.support.live_server import LiveServer
 from tests.support.training_code import copy_training_code
 
 pytestmark = [pytest.mark.kube, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
-__all__ = ["busybox_image", "docker_engine", "kube_node", "torch_image"]  # session fixtures used below
 
 TIMEOUT = 180.0
 STEPS = 60

@@ -19,10 +19,7 @@ from hai_airflow.backends.base import JobEnvironment, Launch
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
 from tests.backends.test_docker_resize import high_job, resizable_job, resize_scenario
-from tests.support.docker_engine import busybox_image, docker_engine
-from tests.support.kube_node import GPU_TYPE, Cluster, kube_node
-
-__all__ = ["busybox_image", "docker_engine", "kube_node"]  # session fixtures used below
+from tests.support.kube_node import GPU_TYPE, Cluster
 
 PACKAGES = "".join(
     f"""

@@ -28,13 +28,11 @@ import yaml
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.config import ServerConfig, parse_config
-from tests.support.docker_engine import Engine, busybox_image, docker_engine
-from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, kube_apiserver
+from tests.support.docker_engine import Engine
+from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer
 from tests.support.kube_apply import apply, kustomize, load_kustomization
-from tests.support.kube_node import Cluster, kube_node
+from tests.support.kube_node import Cluster
 from tests.support.python_base_image import python_base_image
-
-__all__ = ["busybox_image", "docker_engine", "kube_apiserver", "kube_node"]  # the session fixtures used below
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "kubernetes"

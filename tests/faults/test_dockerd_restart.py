@@ -20,12 +20,11 @@ import pytest
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import StandaloneJobSpec
 from tests.cli.test_live import wait_for
-from tests.support.docker_engine import OwnEngine, docker_server, import_busybox, own_engine
+from tests.support.docker_engine import OwnEngine, docker_server, import_busybox
 from tests.support.live_server import TOKENS
 from tests.support.own_postgres import OwnPostgres
 
 pytestmark = [pytest.mark.faults, pytest.mark.docker, pytest.mark.slow]
-__all__ = ["own_engine"]  # the fixture the test below uses
 
 
 class ApiProbe:

@@ -16,8 +16,7 @@ import pytest
 
 from tests.backends.test_kube_node import Site, busybox_job, close_site, open_site, pod_of, wait_state
 from tests.faults.test_dockerd_restart import ApiProbe, one_run_each, released, wait_file
-from tests.support.docker_engine import busybox_image, docker_engine
-from tests.support.kube_node import Cluster, kube_node
+from tests.support.kube_node import Cluster
 from tests.support.live_server import LiveServer
 from tests.support.own_postgres import OwnPostgres
 
@@ -28,7 +27,6 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(900),
 ]
-__all__ = ["busybox_image", "docker_engine", "kube_node"]  # session fixtures used below
 USER = "lena-token"
 
 

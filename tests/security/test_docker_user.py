@@ -21,12 +21,11 @@ import pytest
 
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT
-from tests.support.docker_engine import DockerJobs, Engine, busybox_image, docker_engine
+from tests.support.docker_engine import DockerJobs, Engine
 from tests.support.exits import ended_within
 from tests.support.gitrepo import bare_origin
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures used by the tests below
 
 RUN_AS = "{user}"
 

@@ -19,11 +19,9 @@ from hai_airflow.backends.logs import TAIL_LIMIT
 from hai_airflow.backends.procs import read_exit_file
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import InstanceView, StandaloneJobSpec
-from tests.support.docker_engine import Engine, busybox_image, docker_engine
+from tests.support.docker_engine import Engine
 from tests.support.docker_engine import docker_server as docker_server_on
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer, start_server
-
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures of the docker tests below
 
 BOB = TOKENS["bob"]
 WORK = '"$(dirname "$HAI_PREEMPT_NOTICE")"'

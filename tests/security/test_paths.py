@@ -27,10 +27,9 @@ from hai_airflow.server.config import ConfigError, parse_config
 from hai_airflow.server.paths import local_code_path, watch_root
 from hai_airflow.spec import CpuJobSpec
 from tests.support import postgres
-from tests.support.docker_engine import Engine, busybox_image, docker_engine
+from tests.support.docker_engine import Engine
 from tests.support.live_server import REPO, TEST_CONFIG, TOKENS, LiveServer
 
-__all__ = ["busybox_image", "docker_engine"]  # session fixtures of the docker tests below
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
