@@ -34,8 +34,9 @@ ensure() {
 }
 
 # What the tests need to run the cluster: etcd beside it, openssl for its service-account key and
-# serving certificates, gcc for the static pause binary of the pods' sandbox image.
-ensure etcd-server openssl gcc libc6-dev
+# serving certificates, gcc for the static pause binary of the pods' sandbox image, the CNI plugins
+# (bridge, host-local, loopback) for the pod network.
+ensure etcd-server openssl gcc libc6-dev containernetworking-plugins
 missing=()
 for name in "${BINARIES[@]}"; do
     "$BINDIR/$name" --version >/dev/null 2>&1 || missing+=("$name")

@@ -45,6 +45,8 @@ RUN_DIR = "/hai/run"
 NOTICE_PATH = f"{RUN_DIR}/preempt-notice"
 GIT_DIR = "/hai/code"
 MASTER_PORT = 29500
+POD_IP_ENV = "HAI_POD_IP"
+"""A pod's own IP (downward API), in the pods of a gang that finds worker 0 by its pod IP."""
 RENDEZVOUS_PORT = 29400
 SSHD_CAPABILITIES: tuple[str, ...] = (
     "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID",
@@ -75,10 +77,16 @@ class KubernetesOptions(BaseModel):
     )
     network: Literal["pod", "host"] = Field(
         default="pod",
-        description="pod: each pod has its own network; a gang finds worker 0 by the DNS name its headless "
-        "Service gives (needs cluster DNS). host: pods use their node's network (hostNetwork, as RDMA and "
-        "NCCL set-ups often want); a gang meets at worker 0's node's InternalIP on ports spread by instance "
-        "id, and no Service is made.",
+        description="pod: each pod has its own network; a gang finds worker 0 as `gang_address` says "
+        "(by default the DNS name its headless Service gives). host: pods use their node's network "
+        "(hostNetwork, as RDMA and NCCL set-ups often want); a gang meets at worker 0's node's InternalIP "
+        "on ports spread by instance id, and no Service is made.",
+    )
+    gang_address: Literal["dns", "pod_ip"] = Field(
+        default="dns",
+        description="With network = pod, how the workers of a gang find worker 0. dns: by its pod's name "
+        "under the headless Service (needs cluster DNS). pod_ip: by its pod IP: worker 0's pod is made "
+        "first and the others once it has an IP (no DNS needed; a start takes one pod's sandbox longer).",
     )
     host_iface: str = Field(
         default="eth0",
@@ -243,6 +251,11 @@ def gang_of(launch: Launch, opts: KubernetesOptions, master_host: str) -> Gang:
     if is_distributed(launch):
         return Gang(master_host, MASTER_PORT, master_host, RENDEZVOUS_PORT, "eth0", "0.0.0.0")
     return Gang("127.0.0.1", MASTER_PORT, "127.0.0.1", RENDEZVOUS_PORT, "lo", "127.0.0.1")
+
+
+def waits_for_worker0(launch: Launch, opts: KubernetesOptions) -> bool:
+    """Whether the other workers' pods are made only once worker 0's pod has an IP (`gang_address`)."""
+    return uses_service(launch, opts) and opts.gang_address == "pod_ip" and len(slots(launch)) > 1
 
 
 def uses_service(launch: Launch, opts: KubernetesOptions) -> bool:
@@ -441,16 +454,18 @@ def pod_spec(
 # ---- whole objects ----------------------------------------------------------------------------------
 
 
-def worker_pods(
-    launch: Launch, opts: KubernetesOptions, master_node_address: str = ""
-) -> list[dict[str, Any]]:
+def worker_pods(launch: Launch, opts: KubernetesOptions, master_address: str = "") -> list[dict[str, Any]]:
     """One pod per worker: standalone and CPU jobs, and the gang of a distributed job without MPIJob.
 
-    On the host network a gang meets at `master_node_address`, worker 0's planned node's address.
+    On the host network a gang meets at `master_address`, worker 0's planned node's address. On the pod
+    network it meets at worker 0's DNS name, or with `gang_address = "pod_ip"` at `master_address`,
+    worker 0's pod IP (empty: worker 0's own, as the downward API gives it: what its own pod is made with).
     """
     service = instance_name(opts, launch.instance_id)
     if opts.network == "host":
-        gang = gang_of(launch, opts, master_node_address)
+        gang = gang_of(launch, opts, master_address)
+    elif opts.gang_address == "pod_ip":
+        gang = gang_of(launch, opts, master_address or f"$({POD_IP_ENV})")
     else:
         gang = gang_of(launch, opts, f"{pod_name(opts, launch.instance_id, 0)}.{service}")
     pods = []
@@ -461,6 +476,10 @@ def worker_pods(
         env = environment(launch, slot, opts, gang)
         command = worker_argv(launch.spec, slot, gang, ["/bin/sh", "-c", launch.spec.cmd])
         spec = pod_spec(launch, opts, worker, env, command, [worker.node])
+        if waits_for_worker0(launch, opts):
+            # Defined first: Kubernetes expands $(HAI_POD_IP) only in variables that come after it.
+            own_ip = {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+            spec["containers"][0]["env"].insert(0, own_ip)
         if uses_service(launch, opts):
             # With the headless Service of the same name, rank 0 is reachable as <pod>.<service>.
             spec["hostname"] = name

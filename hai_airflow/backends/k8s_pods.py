@@ -32,6 +32,8 @@ class PodState:
     deleting: bool
     grace_seconds: int | None
     """The grace of a requested deletion (metadata.deletionGracePeriodSeconds)."""
+    ip: str = ""
+    """The pod's IP once it has one (status.podIP)."""
 
     @property
     def terminal(self) -> bool:
@@ -82,6 +84,7 @@ def pod_state(pod: Any) -> PodState:
         message=message,
         deleting=meta.deletion_timestamp is not None,
         grace_seconds=meta.deletion_grace_period_seconds,
+        ip=(status.pod_ip if status else None) or "",
     )
 
 

@@ -82,6 +82,8 @@ class _Instance:
     """Pod name -> its last state seen, kept after the pod is deleted."""
     followers: list[threading.Thread] = field(default_factory=list)
     """Threads reading the logs of pods stopping with a grace, to their last line."""
+    pending: Launch | None = None
+    """The launch whose other workers' pods wait for worker 0's pod IP (`gang_address = "pod_ip"`)."""
 
     def handle(self, namespace: str) -> Handle:
         return Handle(
@@ -242,14 +244,16 @@ class KubernetesBackend(ServedLogs):
                     self.core.create_namespaced_service(self.ns, svc)
                     service = svc["metadata"]["name"]
                     created.append(("service", service))
-                names = []
-                for pod in m.worker_pods(launch, self.options, self._master_node_address(launch)):
+                pods = m.worker_pods(launch, self.options, self._master_node_address(launch))
+                later = m.waits_for_worker0(launch, self.options)
+                for pod in pods[:1] if later else pods:
                     self.core.create_namespaced_pod(self.ns, pod)
-                    names.append(pod["metadata"]["name"])
                     created.append(("pod", pod["metadata"]["name"]))
+                names = [pod["metadata"]["name"] for pod in pods]
                 inst = _Instance(
                     launch.instance_id, "pods", names, service, None, launch.log_path, time.time()
                 )
+                inst.pending = launch if later else None
         except ApiException as e:
             for kind, name in created:
                 self._delete(kind, name, 0)
@@ -258,7 +262,28 @@ class KubernetesBackend(ServedLogs):
             self._instances[launch.instance_id] = inst
             # The watch may have seen the new pods before the instance was registered.
             inst.last.update({n: st for n, st in self._pods.items() if st.instance_id == launch.instance_id})
+            first = self._pods.get(inst.pods[0]) if inst.pods else None
+        if first is not None:
+            self._make_the_others(inst, first)
         return inst.handle(self.ns)
+
+    def _make_the_others(self, inst: _Instance, first: PodState) -> None:
+        """Once worker 0's pod has an IP, make the other workers' pods of a gang that meets there.
+
+        Called from the watch: a refusal here is logged, and the gang, never formed, is torn down when
+        its start times out (`_check`)."""
+        if not first.ip or first.terminal:
+            return
+        with self._lock:
+            launch, inst.pending = inst.pending, None
+            if launch is None or inst.stopping:
+                return
+        for pod in m.worker_pods(launch, self.options, first.ip)[1:]:
+            try:
+                self.core.create_namespaced_pod(self.ns, pod)
+            except ApiException as e:
+                log.warning("cannot make pod %s: %s", pod["metadata"]["name"], _explain(e))
+                return
 
     def _master_node_address(self, launch: Launch) -> str:
         """On the host network, where a gang meets: the InternalIP of worker 0's planned node."""
@@ -295,6 +320,7 @@ class KubernetesBackend(ServedLogs):
             if inst is None:
                 return
             inst.stopping = True
+            inst.pending = None
             names = self._pod_names(inst)
         grace = max(0, grace_seconds)
         for name in names:
@@ -408,6 +434,8 @@ class KubernetesBackend(ServedLogs):
             inst = self._instances.get(state.instance_id) if state.instance_id is not None else None
         if inst is not None and state.terminal and state.name not in inst.logs:
             self._capture(inst, state.name)
+        if inst is not None and inst.pending is not None and inst.pods and state.name == inst.pods[0]:
+            self._make_the_others(inst, state)
 
     def _remember(self, state: PodState) -> None:
         inst = self._instances.get(state.instance_id) if state.instance_id is not None else None

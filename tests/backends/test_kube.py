@@ -14,10 +14,9 @@ import pytest
 
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import Handle
-from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, KubeTest, kube_apiserver, wait_until
+from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, KubeTest, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
-__all__ = ["kube_apiserver"]  # the session fixture used below
 
 NODES = {
     "gpu-node-0": ({"hai.io/gpu-type": "V100"}, {"nvidia.com/gpu": "8", "cpu": "32", "memory": "256Gi"}),
@@ -250,6 +249,22 @@ def test_distributed_without_mpi_operator_is_a_gang_with_a_headless_service(kube
         assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == (f"hai-{iid}-w0.hai-{iid}", "29500")
         assert env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == env["MASTER_ADDR"]
         assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+
+
+def test_a_gang_meeting_at_pod_ips_makes_the_others_once_worker_0_has_an_ip(kube: KubeTest) -> None:
+    backend = kube.backend(gang_address="pod_ip")
+    launch = kube.launch(mode="distributed", gpus=((0,), (1,)))
+    first, second = backend.start(launch).data["pods"]
+    time.sleep(0.5)  # what the watch would do on its own is done by now
+    assert [p.metadata.name for p in kube.pods()] == [first]
+    (own_ip, *_) = kube.pod(first).spec.containers[0].env
+    assert (own_ip.name, own_ip.value_from.field_ref.field_path) == ("HAI_POD_IP", "status.podIP")
+    assert env_of(kube.pod(first).spec.containers[0])["MASTER_ADDR"] == "$(HAI_POD_IP)"
+    has_ip = {"status": {"phase": "Pending", "podIP": "198.18.0.7"}}
+    kube.core.patch_namespaced_pod_status(first, kube.ns, has_ip)
+    wait_until(lambda: len(kube.pods()) == 2, "the second worker's pod")
+    env = env_of(kube.pod(second).spec.containers[0])
+    assert env["MASTER_ADDR"] == env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "198.18.0.7"
 
 
 def test_a_gang_not_fully_running_in_time_is_torn_down_and_requeued(kube: KubeTest) -> None:

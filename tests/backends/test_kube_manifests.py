@@ -73,6 +73,9 @@ def every_manifest() -> dict[str, dict[str, Any]]:
         docs[f"gang-pod-{i}"] = pod
     host = m.KubernetesOptions(network="host", host_iface="ens5")
     docs["host-network-gang-pod"] = m.worker_pods(distributed(), host, "10.0.0.7")[1]
+    by_ip = m.KubernetesOptions(gang_address="pod_ip")
+    docs["pod-ip-gang-pod-0"] = m.worker_pods(distributed(), by_ip)[0]
+    docs["pod-ip-gang-pod-1"] = m.worker_pods(distributed(), by_ip, "198.18.0.7")[1]
     job = m.mpijob(distributed(), opts)
     # The MPIJob CRD's schema is not Kubernetes'; each replica's template is a core PodTemplate.
     for role, replica in job["spec"]["mpiReplicaSpecs"].items():

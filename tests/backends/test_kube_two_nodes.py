@@ -10,10 +10,12 @@ machines' addresses.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,18 +26,22 @@ from hai_airflow.spec import DistributedJobSpec, StandaloneJobSpec
 from tests.support.docker_engine import (
     Engine,
     OwnEngine,
-    busybox_image,
-    docker_engine,
     import_busybox,
     import_torch,
-    torch_image,
 )
-from tests.support.kube_node import GPUS, NODE, Cluster, advertise_gpus, kube_node, second_node
+from tests.support.kube_node import (
+    CNI_BIN,
+    GPUS,
+    NODE,
+    POD_SUBNET,
+    Cluster,
+    advertise_gpus,
+    second_node,
+)
 from tests.support.training_code import copy_training_code
 from tests.training.gang import Instance
 
 pytestmark = [pytest.mark.kube, pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(900)]
-__all__ = ["busybox_image", "docker_engine", "kube_node", "torch_image"]  # session fixtures used below
 
 TRAIN = "python3 include/train_distributed.py --steps 60 --ckpt-every 10"
 
@@ -63,14 +69,22 @@ def two_nodes(
         own.close()
 
 
-@pytest.fixture
-def site(two_nodes: tuple[Cluster, str], tmp_path: Path) -> Iterator[node_tier.Site]:
-    s = node_tier.open_site(two_nodes[0], tmp_path)
+def serving(cluster: Cluster, tmp: Path, edit: Callable[[str], str] = str) -> Iterator[node_tier.Site]:
+    """A `hai serve` of the node tier, its config passed through `edit`, with the training code."""
+    plain = node_tier.server_config
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(node_tier, "server_config", lambda *args: edit(plain(*args)))
+        s = node_tier.open_site(cluster, tmp)
     copy_training_code(s.code)
     try:
         yield s
     finally:
         node_tier.close_site(s)
+
+
+@pytest.fixture
+def site(two_nodes: tuple[Cluster, str], tmp_path: Path) -> Iterator[node_tier.Site]:
+    yield from serving(two_nodes[0], tmp_path)
 
 
 def nodes_of(site: node_tier.Site, client: HaiClient, job_id: int, instance: int) -> list[str] | None:
@@ -130,3 +144,56 @@ def test_a_gang_across_two_nodes_is_suspended_resumed_and_ends_as_if_uninterrupt
     result = json.loads((model / "metrics.json").read_text())
     assert (result["steps"], result["size"]) == (60, 2)
     assert result["weights_sha256"] == reference_weights(site, tmp_path, train), logs
+
+
+# ---- on the pod network ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pod_site(two_nodes: tuple[Cluster, str], tmp_path: Path) -> Iterator[node_tier.Site]:
+    """A `hai serve` whose pods have their own IPs (the nodes' CNI bridge); gangs meet at worker 0's IP."""
+    if not (CNI_BIN / "bridge").exists():
+        pytest.skip("pod network tier skipped: no CNI plugins; apt-get install containernetworking-plugins")
+    host, pod = 'network = "host"', 'network = "pod"\ngang_address = "pod_ip"'
+    yield from serving(two_nodes[0], tmp_path, lambda config: config.replace(host, pod))
+
+
+def with_ips(site: node_tier.Site) -> dict[str, Any] | None:
+    """The site's pods by name, once there are two and both have an IP."""
+    pods = site.pods()
+    ready = len(pods) == 2 and all(p.status.pod_ip for p in pods)
+    return {p.metadata.name: p for p in pods} if ready else None
+
+
+def test_a_gang_across_two_nodes_meets_over_pod_ips(
+    pod_site: node_tier.Site, two_nodes: tuple[Cluster, str], torch_image: str
+) -> None:
+    site, model = pod_site, pod_site.nas / "models" / "pod-network"
+    spec = DistributedJobSpec(
+        task_name="pod network", code_path=str(site.code), image=torch_image, workers=2,
+        worker_resource_pkg=454, cmd=f"{TRAIN} --backend torch --step-sleep 0.1",
+        env=node_tier.train_env(site), model_dir=str(model),
+    )  # fmt: skip
+    with site.live.client("lena-token") as lena:
+        job = lena.submit(spec)
+        node_tier._wait(lambda: nodes_of(site, lena, job.id, 0), "the pods")
+        pods = node_tier._wait(lambda: with_ips(site), "both pods' IPs")
+        done = node_tier.wait_state(lena, job.id, "SUCCEEDED", "FAILED")
+        (instance,) = lena.instances(job.id)
+        log = lena.log(instance.id)
+    assert done.state == "SUCCEEDED", f"{done.reason}\n{log}"
+    first, second = (pods[f"hai-{instance.id}-w{rank}"] for rank in (0, 1))
+    assert sorted([first.spec.node_name, second.spec.node_name]) == sorted([NODE, two_nodes[1]])
+    subnet = ipaddress.ip_network(POD_SUBNET)
+    ips = [ipaddress.ip_address(p.status.pod_ip) for p in (first, second)]
+    assert all(ip in subnet for ip in ips) and ips[0] != ips[1], ips
+    assert not (first.spec.host_network or second.spec.host_network)
+
+    def env(pod: object) -> dict[str, str]:
+        return {e.name: e.value for e in pod.spec.containers[0].env}  # type: ignore[attr-defined]
+
+    # Worker 0 meets at its own IP (the downward API's); worker 1, made once it had one, at that IP.
+    assert env(first)["MASTER_ADDR"] == "$(HAI_POD_IP)"
+    assert env(second)["MASTER_ADDR"] == env(second)["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == str(ips[0])
+    result = json.loads((model / "metrics.json").read_text())
+    assert (result["steps"], result["size"]) == (60, 2)

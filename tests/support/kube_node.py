@@ -15,6 +15,7 @@ What stands in for a GPU cluster's parts, and why:
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -35,6 +36,10 @@ NODE = "hai-node-0"
 GPU_TYPE = "V100"
 GPUS = 8
 PAUSE_IMAGE = "hai-ci/pause:3.4.1"
+CNI_BIN = Path("/usr/lib/cni")
+POD_BRIDGE = "hai-pods"
+POD_SUBNET = "198.18.0.0/16"
+"""Pod IPs: a benchmarking range (RFC 2544), inside the pods' own network namespaces."""
 BINARIES = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubelet")
 
 
@@ -198,12 +203,33 @@ def start(exes: dict[str, Path], engine: Engine, work: Path) -> tuple[Cluster, l
     return cluster, procs
 
 
-def kubelet_argv(exe: Path, kubeconfig: Path, name: str, engine: Engine, pause: str, work: Path) -> list[str]:
-    """A kubelet registering node `name` at this machine's address, its pods on `engine`; its state (root,
-    certificates, dockershim socket and checkpoints) under `work`, so that two of them can run here."""
+def pod_network(work: Path, node: int) -> list[str]:
+    """The kubelet flags giving pods off the host network an IP on `POD_BRIDGE` (CNI bridge, host-local
+    addresses 198.18.<node>.2-254 of 198.18.0.0/16); none where Debian's CNI plugins are not installed.
+
+    Every node's pods share the one bridge (this machine stands for the nodes' network, so no route is
+    needed between them); the bridge has no address, so pods reach each other and nothing else."""
+    if not (CNI_BIN / "bridge").exists():
+        return []
+    conf = work / "cni"
+    conf.mkdir()
+    addresses = {"subnet": POD_SUBNET, "rangeStart": f"198.18.{node}.2", "rangeEnd": f"198.18.{node}.254"}
+    ipam = {"type": "host-local", "ranges": [[addresses]], "dataDir": str(work / "cni-ipam")}
+    network = {"cniVersion": "0.4.0", "name": POD_BRIDGE, "type": "bridge", "bridge": POD_BRIDGE}
+    (conf / "10-hai-pods.conf").write_text(json.dumps(network | {"ipam": ipam}))
+    return ["--network-plugin=cni", f"--cni-bin-dir={CNI_BIN}", f"--cni-conf-dir={conf}"]
+
+
+def kubelet_argv(
+    exe: Path, kubeconfig: Path, name: str, engine: Engine, pause: str, work: Path, node: int = 0
+) -> list[str]:
+    """A kubelet registering node `name` (the `node`-th) at this machine's address, its pods on `engine`;
+    its state (root, certificates, dockershim socket and checkpoints) under `work`, so that two of them can
+    run here."""
     (work / "kubelet").mkdir()
     return [
         str(exe),
+        *pod_network(work, node),
         f"--kubeconfig={kubeconfig}",
         f"--hostname-override={name}",
         f"--node-ip={node_ip()}",
@@ -329,7 +355,8 @@ def second_node(cluster: Cluster, engine: Engine, work: Path, name: str = "hai-n
     for sub in ("pods", "containers"):
         (logs / sub).mkdir(parents=True)
         Path("/var/log", sub).mkdir(parents=True, exist_ok=True)
-    argv = kubelet_argv(exe, cluster.dir / "admin.kubeconfig", name, engine, pause_image(engine, work), work)
+    pause = pause_image(engine, work)
+    argv = kubelet_argv(exe, cluster.dir / "admin.kubeconfig", name, engine, pause, work, node=1)
     root = work / "kubelet"
     subprocess.run(["mount", "--bind", str(root), str(root)], check=True)
     subprocess.run(["mount", "--make-shared", str(root)], check=True)
@@ -382,6 +409,7 @@ def kube_node(docker_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -
         ):
             container.remove(force=True)
         unmount_below(work)
+        subprocess.run(["ip", "link", "delete", POD_BRIDGE], check=False, capture_output=True)
 
 
 def unmount_below(directory: Path) -> None:
