@@ -19,6 +19,7 @@ from hai_airflow.backends.confine import make_beneath
 from hai_airflow.scheduling.model import WAITING, Admit
 from hai_airflow.server import clock, paths, transitions
 from hai_airflow.server.context import ServerContext
+from hai_airflow.server.kept import KeptJob
 from hai_airflow.server.snapshot import schedulable
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
@@ -32,7 +33,7 @@ _SPEC: TypeAdapter[AnySpec] = TypeAdapter(JobSpec)
 MIN_FREE_BYTES = 32 << 20
 """Room the disk of `$HAI_HOME` must have for an instance to start (`no_room`)."""
 
-def parse_spec(row: JobRow) -> AnySpec:
+def parse_spec(row: JobRow | KeptJob) -> AnySpec:
     return _SPEC.validate_json(row.spec)
 
 

@@ -21,6 +21,7 @@ from hai_airflow.server.context import ServerContext
 from hai_airflow.server.dependencies import verdict, within_slots
 from hai_airflow.server.follow import Kept
 from hai_airflow.server.holds import held_by
+from hai_airflow.server.kept import KeptInstance, KeptJob
 from hai_airflow.server.snapshot import WAITING, StoreView
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import JobState
@@ -154,8 +155,8 @@ class PlanApplier:
 
     def _stop(
         self,
-        row: JobRow,
-        inst: InstanceRow,
+        row: KeptJob,
+        inst: KeptInstance,
         kind: str,
         grace: int,
         notice: bool,
@@ -172,12 +173,12 @@ class PlanApplier:
 
     # ---- a plan -------------------------------------------------------------------------------
 
-    def apply(self, view: StoreView, decisions: list[Decision], reasons: dict[int, str | None]) -> None:
-        """Suspensions first, then what the plan decided in one transaction, then the launches;
-        `reasons` are the waiting reasons as kept, brought up to date."""
-        d = Decided.sort(decisions, reasons)
+    def apply(self, view: StoreView, decisions: list[Decision], kept: Kept) -> None:
+        """Suspensions first, then what the plan decided in one transaction, then the launches; the
+        waiting reasons written are kept in `kept`, which `view` was taken from."""
+        d = Decided.sort(decisions, kept.reasons)
         if d.admits and (full := admission.no_room(self.ctx.home)) is not None:
-            d.hold_admits(full, reasons)
+            d.hold_admits(full, kept.reasons)
         for s in d.suspends:
             self._suspend(view, s)
         for r in d.resizes:
@@ -189,9 +190,7 @@ class PlanApplier:
         if d.reserves or stale or d.admits or d.reasons or d.rejects:
             news = self._write_decided(view, d, stale)
             for job_id, reason in d.reasons.items():
-                # Kept as written: a reason is not a change the feed carries.
-                view.jobs[job_id].reason = reason
-                reasons[job_id] = reason
+                kept.reason_written(job_id, reason)
         if news:
             self.ctx.changed.notify()
             self._start(news)

@@ -2,12 +2,14 @@
 nodes changed), so the controller keeps its cluster state without re-reading the store.
 
 Rows are collected from the session's flushes, so every ORM write is seen without the writer saying
-so; a Core statement that changes a job's planning inputs calls `job_changed` itself.
+so. A write the flushes cannot see (a Core UPDATE or DELETE of a job's row, instances or reservations)
+says first which jobs it changes, through `jobs_changed`, the one way to; `transitions.move` says so
+too. A statement that did not is caught by a test (`test_changes_recorded`), not by the resync.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import chain
 from typing import Any
 
@@ -30,6 +32,7 @@ JOB, QUOTA, NODES = "job", "quota", "nodes"
 
 _PENDING = "hai_changes"
 _RECORDED = "hai_changes_recorded"
+_SAID = "hai_changes_said"
 
 Change = tuple[str, int | None]
 Cursor = tuple[int, int]
@@ -59,6 +62,7 @@ def track(
 
     def record(session: Session) -> None:
         session.flush()
+        session.info.pop(_SAID, None)
         pending: set[Change] | None = session.info.pop(_PENDING, None)
         if not pending:
             return
@@ -95,11 +99,23 @@ def _collect(session: Session, _context: Any) -> None:
 def _forget(session: Session, _previous: Any) -> None:
     session.info.pop(_PENDING, None)
     session.info.pop(_RECORDED, None)
+    session.info.pop(_SAID, None)
 
 
-def job_changed(session: Session, job_id: int) -> None:
-    """Record a change the session's flushes cannot see (a Core UPDATE or DELETE touching a job)."""
-    session.info.setdefault(_PENDING, set()).add((JOB, job_id))
+def jobs_changed(session: Session, job_ids: Iterable[int], feed: bool = True) -> None:
+    """Say, before writing them, which jobs this transaction changes (their rows, instances or
+    reservations): the change feed carries them to the controller with the commit. `feed=False` for a
+    change no reader of the feed needs: one the controller makes and keeps itself (a waiting reason,
+    `Kept.reason_written`), or a job this transaction made and removes again."""
+    ids = list(job_ids)
+    session.info.setdefault(_SAID, set()).update(ids)
+    if feed:
+        session.info.setdefault(_PENDING, set()).update((JOB, j) for j in ids)
+
+
+def said(session: Session) -> frozenset[int]:
+    """The jobs this transaction said so far that it changes (`jobs_changed`)."""
+    return frozenset(session.info.get(_SAID, ()))
 
 
 def since(session: Session, last: Cursor, now: float | None = None) -> Sequence[ChangeRow]:

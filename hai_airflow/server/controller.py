@@ -195,7 +195,7 @@ class Controller:
         kept = self._read()
         now = clock.now()
         if self.applier.requests(kept) | self.applier.expire(kept, now) | self.applier.release(kept, now):
-            self._read()
+            kept = self._read()
         now, state = clock.now(), self.follower.state
         settled = self.settled.holds(state, now) if self.settled is not None else None
         if settled is not None:
@@ -208,7 +208,7 @@ class Controller:
         decisions = plan(view.snapshot, now, view.usage)
         self.settled = Settled.after(decisions, state, now)
         self._offer_forecast(view, decisions)
-        self.applier.apply(view, decisions, self.follower.reasons)
+        self.applier.apply(view, decisions, kept)
 
     def _offer_forecast(self, view: StoreView, decisions: list[Decision] | None) -> None:
         """Hand what was planned (None: new jobs wait, unplanned) to the forecaster; nothing it does

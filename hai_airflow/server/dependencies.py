@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.errors import ApiError
+from hai_airflow.server.kept import KeptJob
 from hai_airflow.server.tables import JobRow
 from hai_airflow.spec import TERMINAL_STATES, JobSpec, JobState
 
@@ -38,12 +39,12 @@ class Waits:
     """The array's limit: at most this many of its tasks released (and not ended) at once."""
 
     @classmethod
-    def of_row(cls, row: JobRow) -> Waits:
-        data = json.loads(row.spec)
+    def of_job(cls, job: KeptJob) -> Waits:
+        data = json.loads(job.spec)
         after, after_any = tuple(data.get("after") or ()), tuple(data.get("after_any") or ())
-        if row.array_id is None or row.array_limit is None:
+        if job.array_id is None or job.array_limit is None:
             return cls(after, after_any)
-        return cls(after, after_any, row.array_id, row.array_limit)
+        return cls(after, after_any, job.array_id, job.array_limit)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -72,7 +73,7 @@ def verdict(waits: Waits, states: Mapping[int, JobState]) -> Verdict | None:
 
 
 def within_slots(
-    ready: Sequence[int], blocked: Mapping[int, Waits], unfinished: Mapping[int, JobRow]
+    ready: Sequence[int], blocked: Mapping[int, Waits], unfinished: Mapping[int, KeptJob]
 ) -> list[int]:
     """Of the jobs whose waits are over, those their array lets go now: per array, as many as it has
     slots free (each of its unfinished tasks not blocked takes one), lowest index first."""

@@ -1,10 +1,12 @@
-"""The controller's kept copy of the store: the planner's cluster state plus the job and instance rows
-the controller acts on, brought up to date by the store's change feed instead of re-read every cycle."""
+"""The controller's kept copy of the store: the planner's cluster state plus records of the jobs and
+instances the controller acts on, brought up to date by the store's change feed instead of re-read
+every cycle."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.orm import Session
 
@@ -12,6 +14,7 @@ from hai_airflow.scheduling.model import Reservation
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.server import by_id, changes
 from hai_airflow.server.dependencies import Waits
+from hai_airflow.server.kept import KeptInstance, KeptJob, kept_jobs
 from hai_airflow.server.snapshot import (
     StoreView,
     current_instances,
@@ -20,9 +23,8 @@ from hai_airflow.server.snapshot import (
     quota_of,
     reservations_of,
     schedulable,
-    unfinished_jobs,
 )
-from hai_airflow.server.tables import InstanceRow, JobRow
+from hai_airflow.server.tables import JobRow
 from hai_airflow.spec import TERMINAL_STATES
 
 log = logging.getLogger("hai.server.follow")
@@ -33,14 +35,14 @@ class Kept:
     """What a full read of the store gives; `StoreFollower` keeps one up to date."""
 
     state: ClusterState
-    jobs: dict[int, JobRow]
-    """Every unfinished job's row, including admin-held ones the planner does not see."""
-    current: dict[int, InstanceRow]
+    jobs: dict[int, KeptJob]
+    """Every unfinished job's record, including admin-held ones the planner does not see."""
+    current: dict[int, KeptInstance]
     """Current (not ended) instance by job id."""
     last_change: changes.Cursor
     """The newest change of the feed already applied."""
     reasons: dict[int, str | None] = field(default_factory=dict)
-    """Why each unfinished job waits, as stored (read often, so kept out of the ORM rows)."""
+    """Why each unfinished job waits, as stored (read for every waiting job every cycle)."""
     requests: set[int] = field(default_factory=set)
     """Unfinished jobs with a cancel asked for or held by an admin: the controller acts on these."""
     limited: set[int] = field(default_factory=set)
@@ -48,20 +50,26 @@ class Kept:
     blocked: dict[int, Waits] = field(default_factory=dict)
     """Jobs waiting for other jobs, and for which: the controller releases or cancels them."""
 
-    def keep(self, row: JobRow) -> None:
-        """Keep an unfinished job's row (and what is read from it every cycle)."""
-        self.jobs[row.id] = row
-        self.reasons[row.id] = row.reason
-        if row.cancel_requested or row.held:
-            self.requests.add(row.id)
+    def keep(self, job: KeptJob) -> None:
+        """Keep an unfinished job's record (and what is read from it every cycle)."""
+        self.jobs[job.id] = job
+        self.reasons[job.id] = job.reason
+        if job.cancel_requested or job.held:
+            self.requests.add(job.id)
         else:
-            self.requests.discard(row.id)
-        if row.time_limit_seconds is not None:
-            self.limited.add(row.id)
-        if row.blocked and row.id not in self.blocked:
-            self.blocked[row.id] = Waits.of_row(row)
-        elif not row.blocked:
-            self.blocked.pop(row.id, None)
+            self.requests.discard(job.id)
+        if job.time_limit_seconds is not None:
+            self.limited.add(job.id)
+        if job.blocked and job.id not in self.blocked:
+            self.blocked[job.id] = Waits.of_job(job)
+        elif not job.blocked:
+            self.blocked.pop(job.id, None)
+
+    def reason_written(self, job_id: int, reason: str) -> None:
+        """Keep the waiting reason the controller just wrote, as a reason is not a change the feed
+        carries."""
+        self.jobs[job_id] = replace(self.jobs[job_id], reason=reason)
+        self.reasons[job_id] = reason
 
     def forget(self, job_id: int) -> None:
         self.jobs.pop(job_id, None)
@@ -80,13 +88,13 @@ class Kept:
 def read_all(session: Session, policy: str) -> Kept:
     """The whole store, read once (at start, on taking the lease, and to check the kept copy)."""
     last = changes.newest(session)  # first: a change committed during the read is applied again later
-    rows = unfinished_jobs(session)
+    unfinished = kept_jobs(session, JobRow.state.not_in(TERMINAL_STATES))
     current = current_instances(session)
-    jobs = (planner_job(r, current.get(r.id)) for r in rows if schedulable(r))
+    jobs = (planner_job(j, current.get(j.id)) for j in unfinished if schedulable(j))
     state = ClusterState.load(nodes_of(session), jobs, reservations_of(session), quota_of(session), policy)
     kept = Kept(state, {}, current, last)
-    for r in rows:
-        kept.keep(r)
+    for j in unfinished:
+        kept.keep(j)
     return kept
 
 
@@ -119,29 +127,31 @@ class StoreFollower:
         return len(fresh)
 
     def _refresh(self, session: Session, job_ids: set[int]) -> None:
-        """Read these jobs' rows, current instances and reservations again and apply them."""
+        """Read these jobs' rows, current instances and reservations again and keep them as records."""
         assert self.kept is not None
         kept, state = self.kept, self.kept.state
-        rows = by_id.rows(session, JobRow, sorted(job_ids))
+        found = {
+            j.id: j for part in by_id.chunks(sorted(job_ids)) for j in kept_jobs(session, JobRow.id.in_(part))
+        }
         current = current_instances(session, job_ids)
         reserved: dict[int, list[Reservation]] = {}
         for r in reservations_of(session, job_ids):
             reserved.setdefault(r.job_id, []).append(r)
         for job_id in sorted(job_ids):
-            row = rows.get(job_id)
-            if row is None or row.state in TERMINAL_STATES:
+            job = found.get(job_id)
+            if job is None or job.state in TERMINAL_STATES:
                 kept.forget(job_id)
                 state.job_left(job_id)
                 state.reservation_cleared(job_id)
                 continue
-            kept.keep(row)
+            kept.keep(job)
             inst = current.get(job_id)
             if inst is None:
                 kept.current.pop(job_id, None)
             else:
                 kept.current[job_id] = inst
-            if schedulable(row):
-                state.job_changed(planner_job(row, inst))
+            if schedulable(job):
+                state.job_changed(planner_job(job, inst))
             else:
                 state.job_left(job_id)
             if job_id in reserved:
@@ -159,11 +169,6 @@ class StoreFollower:
         assert self.kept is not None, "catch_up() first"
         return self.kept.state
 
-    @property
-    def reasons(self) -> dict[int, str | None]:
-        assert self.kept is not None, "catch_up() first"
-        return self.kept.reasons
-
 
 def differences(kept: Kept, fresh: Kept) -> list[str]:
     """Where a kept copy differs from a fresh read, in words (empty when they agree)."""
@@ -174,22 +179,26 @@ def differences(kept: Kept, fresh: Kept) -> list[str]:
     if a.quota != b.quota:
         out.append("quota")
     if a.jobs != b.jobs:
-        ids = sorted(i for i in a.jobs.keys() | b.jobs.keys() if a.jobs.get(i) != b.jobs.get(i))
-        out.append(f"jobs {ids[:10]}")
+        out.append(f"jobs {_differing(a.jobs, b.jobs)[:10]}")
     if a.reservations != b.reservations:
         out.append("reservations")
-    if kept.jobs.keys() != fresh.jobs.keys():
-        out.append("unfinished jobs")
+    if kept.jobs != fresh.jobs:
+        out.append(f"records of jobs {_differing(kept.jobs, fresh.jobs)[:10]}")
     if kept.reasons != fresh.reasons:
         moved = sorted(j for j in fresh.reasons if kept.reasons.get(j) != fresh.reasons[j])
         out.append(f"reasons of jobs {moved[:10]}")
     if kept.requests != fresh.requests:
         out.append("requests")
-    if {j: i.id for j, i in kept.current.items()} != {j: i.id for j, i in fresh.current.items()}:
-        out.append("current instances")
+    if kept.current != fresh.current:
+        out.append(f"current instances of jobs {_differing(kept.current, fresh.current)[:10]}")
     if counted(a) != counted(b):
         out.append("usage")
     return out
+
+
+def _differing(kept: Mapping[int, object], fresh: Mapping[int, object]) -> list[int]:
+    """The ids whose records differ, or that only one side has."""
+    return sorted(i for i in kept.keys() | fresh.keys() if kept.get(i) != fresh.get(i))
 
 
 def counted(state: ClusterState) -> tuple[object, ...]:

@@ -15,9 +15,9 @@ from hai_airflow.scheduling.runtime import RuntimeHistory
 from hai_airflow.server import clock
 from hai_airflow.server.apart import run_apart
 from hai_airflow.server.forecasting import QueueForecast, forecast_queue
+from hai_airflow.server.kept import KeptInstance, KeptJob
 from hai_airflow.server.runtimes import recent_runs, runtime_facts
 from hai_airflow.server.store import Store
-from hai_airflow.server.tables import InstanceRow, JobRow
 
 log = logging.getLogger("hai.server.forecaster")
 
@@ -34,13 +34,12 @@ HISTORY_SECONDS = 60.0
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """What the controller planned last: its snapshot (immutable) and shallow copies of its row maps.
-    The rows themselves are the controller's: it may still set a waiting job's `reason` on them, which
-    the forecast does not read."""
+    """What the controller planned last: its snapshot and shallow copies of its maps of records (all
+    immutable: the controller replaces a record, it never changes one)."""
 
     snapshot: Snapshot
-    rows: Mapping[int, JobRow]
-    current: Mapping[int, InstanceRow]
+    rows: Mapping[int, KeptJob]
+    current: Mapping[int, KeptInstance]
     at: float
     decisions: Sequence[Decision] | None = ()
     """The plan made over `snapshot`: a forecast is needed only where it left a job waiting; None when
@@ -72,8 +71,8 @@ class Forecaster:
     def offer(
         self,
         snapshot: Snapshot,
-        rows: Mapping[int, JobRow],
-        current: Mapping[int, InstanceRow],
+        rows: Mapping[int, KeptJob],
+        current: Mapping[int, KeptInstance],
         decisions: Sequence[Decision] | None = (),
     ) -> None:
         """The controller planned `snapshot` into `decisions`: forecast from it when the thread is next

@@ -30,8 +30,7 @@ class Keeper:
         """When the store was last read whole; 0 makes the next read whole (on taking the lease)."""
 
     def forget(self) -> None:
-        """After a failed step: the kept copy may hold rows that the failed transaction expired (a
-        rollback expires what its session loaded) or a feed half applied, so the next read is whole."""
+        """After a failed step: the kept copy may hold a feed half applied, so the next read is whole."""
         self.follower.kept = None
         self.last_resync = 0.0
 

@@ -13,7 +13,7 @@ from hai_airflow.server.auth import Caller
 from hai_airflow.server.follow import read_all
 from hai_airflow.server.forecasting import QueueForecast
 from hai_airflow.server.holds import hold_reason, owners_hold
-from hai_airflow.server.snapshot import WAITING, planner_job
+from hai_airflow.server.snapshot import WAITING, planner_job, unfinished_jobs
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.server.views import job_view, other_job_view
 from hai_airflow.spec import QueueEntryView, QueueJobView, WeightTermView
@@ -62,13 +62,14 @@ def queue_entries(
     now = clock.now() if now is None else now
     view = read_all(session, policy).view()
     decisions = plan(view.snapshot, now, view.usage)
-    waiting = [r for r in view.jobs.values() if r.state in WAITING]
+    rows = {r.id: r for r in unfinished_jobs(session)}  # shown in full, beyond what the controller keeps
+    waiting = [r for r in rows.values() if r.state in WAITING]
     preempted_by = _last_preemptor(session, [r.id for r in waiting])
     entries: list[QueueEntryView] = []
 
     def add(job_id: int, reason: str, behind: int | None) -> None:
-        row = view.jobs[job_id]
-        w = weight(planner_job(row, None), now)
+        row = rows[job_id]
+        w = weight(planner_job(view.jobs[job_id], None), now)
         shown = caller.may_see(row.user_name, row.group_name)
         entries.append(
             QueueEntryView(

@@ -9,7 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling.runtime import FinishedRun, RuntimeFacts
-from hai_airflow.server.tables import InstanceRow, JobRow
+from hai_airflow.server.kept import KeptInstance, KeptJob
+from hai_airflow.server.tables import JobRow
 from hai_airflow.spec import JobState
 
 RECENT_ENDED = 5000
@@ -37,10 +38,10 @@ def recent_runs(session: Session, limit: int = RECENT_ENDED) -> list[FinishedRun
 
 
 def runtime_facts(
-    rows: Mapping[int, JobRow], current: Mapping[int, InstanceRow], now: float
+    rows: Mapping[int, KeptJob], current: Mapping[int, KeptInstance], now: float
 ) -> dict[int, RuntimeFacts]:
     """Per unfinished job, what its runtime estimate reads; time run counts every run, as its time
-    limit does (`JobRow.seconds_run`)."""
+    limit does (`KeptJob.seconds_run`)."""
     return {
         job_id: RuntimeFacts(
             job_id=job_id,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -22,6 +22,7 @@ from hai_airflow.scheduling.model import (
 )
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.server import by_id
+from hai_airflow.server.kept import KeptInstance, KeptJob, kept_instances
 from hai_airflow.server.tables import GroupRow, InstanceRow, JobRow, NodeRow, ReservationRow, UserRow
 from hai_airflow.spec import TERMINAL_STATES, JobState
 
@@ -50,14 +51,14 @@ class StoreView:
     snapshot: Snapshot
     usage: Usage
     """What the placed jobs use, kept beside the snapshot and handed with it to `plan`."""
-    jobs: dict[int, JobRow]
+    jobs: Mapping[int, KeptJob]
     """Every unfinished job by id, including admin-held ones the planner does not see."""
-    current: dict[int, InstanceRow]
+    current: Mapping[int, KeptInstance]
     """Current (not ended) instance by job id."""
 
 
-def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
-    """The planner's view of a job row; one that is being stopped counts as SUSPENDING.
+def planner_job(row: KeptJob, current: KeptInstance | None) -> Job:
+    """The planner's view of a kept job; one that is being stopped counts as SUSPENDING.
 
     A job asked to stop (cancel or an admin's suspension) must not be picked as a victim again,
     yet still holds its GPUs until its instance exits.
@@ -89,7 +90,7 @@ def planner_job(row: JobRow, current: InstanceRow | None) -> Job:
     )
 
 
-def schedulable(row: JobRow) -> bool:
+def schedulable(row: JobRow | KeptJob) -> bool:
     """Waiting jobs that are held, waiting for other jobs, or whose cancel is pending are kept from
     the planner."""
     if row.state in WAITING:
@@ -114,14 +115,15 @@ def unfinished_jobs(session: Session) -> list[JobRow]:
     )
 
 
-def current_instances(session: Session, job_ids: Iterable[int] | None = None) -> dict[int, InstanceRow]:
-    query = select(InstanceRow).where(InstanceRow.ended_at.is_(None))
+def current_instances(session: Session, job_ids: Iterable[int] | None = None) -> dict[int, KeptInstance]:
+    """Current (not ended) instances by job id (of these jobs only, when given)."""
+    current = InstanceRow.ended_at.is_(None)
     if job_ids is None:
-        return {i.job_id: i for i in session.scalars(query)}
+        return {i.job_id: i for i in kept_instances(session, current)}
     return {
         i.job_id: i
         for part in by_id.chunks(job_ids)
-        for i in session.scalars(query.where(InstanceRow.job_id.in_(part)))
+        for i in kept_instances(session, current, InstanceRow.job_id.in_(part))
     }
 
 

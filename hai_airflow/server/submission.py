@@ -389,13 +389,14 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
             try:
                 _require_quota(s, caller.name, caller.group, checked.gpus, unjudged)
             except ApiError as refusal:
+                changes.jobs_changed(s, [job_id], feed=False)  # made and removed unseen
                 s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
                 outcomes.append(refusal)
                 continue
         events.append({"job_id": job_id, **checked.event})
         if checked.submit.requeue is not None:
             events.append(checked.submit.requeue.old_event(job_id, checked.values["submitted_at"]))
-        changes.job_changed(s, job_id)
+        changes.jobs_changed(s, [job_id])
         view = job_view(JobRow(id=job_id, **checked.values), None, checked.values["submitted_at"])
         outcomes.append((view, True))
     if events:
@@ -447,7 +448,7 @@ def submit_array(ctx: ServerContext, submit: Submit) -> tuple[JobView, bool]:
         events = [{"job_id": r["id"], **checked.event} for r in rows]
         for e, r in zip(events, rows, strict=True):
             e["reason"] += where.format(r["array_index"])
-            changes.job_changed(s, r["id"])
+        changes.jobs_changed(s, ids)
         s.execute(_INSERT_EVENT, events)
     ctx.wakeup.set()
     ctx.changed.notify()

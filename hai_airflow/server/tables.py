@@ -176,9 +176,15 @@ class JobRow(Base):
 
     def seconds_run(self, current: InstanceRow | None, now: float) -> float:
         """Seconds run over all its runs: the ended instances' and the current one's so far."""
-        if current is None or current.started_at is None or current.ended_at is not None:
-            return self.runtime_seconds
-        return self.runtime_seconds + max(0.0, now - current.started_at)
+        running_since = None if current is None or current.ended_at is not None else current.started_at
+        return time_run(self.runtime_seconds, running_since, now)
+
+
+def time_run(ended_runs: float, running_since: float | None, now: float) -> float:
+    """Seconds run: those of the ended runs, and the running one's so far (when one runs)."""
+    if running_since is None:
+        return ended_runs
+    return ended_runs + max(0.0, now - running_since)
 
 
 class InstanceRow(Base):

@@ -36,6 +36,7 @@ def move(
     to drop and costs no statement for it."""
     if (job.state, to_state) not in MOVES:
         raise IllegalMove(f"job {job.id}: {job.state} -> {to_state} ({kind}) is not a legal move")
+    changes.jobs_changed(s, [job.id])
     leaves_queue = job.state in WAITING
     now = event(s, job, kind, reason, now, to_state, actor)
     job.state = to_state
@@ -78,9 +79,8 @@ def event(
 
 def clear_reservations(s: Session, job_ids: Iterable[int]) -> None:
     for part in by_id.chunks(job_ids):
+        changes.jobs_changed(s, part)
         s.execute(delete(ReservationRow).where(ReservationRow.job_id.in_(part)))
-        for job_id in part:
-            changes.job_changed(s, job_id)
 
 
 def resize(
@@ -311,6 +311,7 @@ def waiting_reasons(s: Session, reasons: dict[int, str]) -> None:
         by_reason.setdefault(reason, []).append(job_id)
     for reason, ids in by_reason.items():
         for part in by_id.chunks(ids):
+            changes.jobs_changed(s, part, feed=False)  # the controller keeps what it wrote
             s.execute(
                 update(JobRow)
                 .where(JobRow.id.in_(part), JobRow.state.in_(WAITING))

@@ -1,14 +1,15 @@
 """The controller's kept cluster state, changed only by the store's change feed, always equals a fresh
 read of the store: after every request and every controller step of random runs (real API, real
-controller, real processes, SQLite and PostgreSQL)."""
+controller, real processes, SQLite and PostgreSQL), and no write reaches the store unsaid."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import random
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,11 +19,26 @@ from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import WAITING, Wait
 from hai_airflow.server import changes, heap
 from hai_airflow.server.follow import differences, read_all
+from hai_airflow.server.kept import KeptInstance, KeptJob
 from hai_airflow.server.tables import ChangeRow, JobRow, ReservationRow
 from tests.server.conftest import Api
+from tests.server.test_changes_recorded import unsaid_writes
 
 USERS = ("alice", "bob", "dave")
 PACKAGES = (454, 455, 456, 457)
+
+UNSAID_ON_PURPOSE = {"test_a_write_that_bypasses_the_feed_is_found_by_the_resync_and_counted"}
+"""Tests that write a job without saying so (`changes.jobs_changed`), to see what the resync finds."""
+
+
+@pytest.fixture(autouse=True)
+def unsaid(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Every test here runs with the check that each Core write of a job said first which jobs it
+    changes (`test_changes_recorded.unsaid_writes`)."""
+    with unsaid_writes() as found:
+        yield found
+    if request.node.originalname not in UNSAID_ON_PURPOSE:
+        assert found == [], found[0]
 
 
 def check_kept(api: Api) -> None:
@@ -38,6 +54,7 @@ def check_kept(api: Api) -> None:
         fresh = read_all(s, api.ctx.config.server.policy)
     assert kept.last_change == fresh.last_change
     assert differences(kept, fresh) == []
+    assert kept.jobs == fresh.jobs and kept.current == fresh.current  # the records, field by field
     with api.ctx.store.read() as s:
         holders = s.execute(
             select(JobRow.id, JobRow.state).join(ReservationRow, ReservationRow.job_id == JobRow.id)
@@ -166,7 +183,9 @@ def act(api: Api, rng: random.Random, jobs: list[int]) -> str:
 
 
 @pytest.mark.parametrize("seed", [2, 3])
-def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: int) -> None:
+def test_the_kept_state_equals_a_fresh_read_after_every_change(
+    api: Api, unsaid: list[str], seed: int
+) -> None:
     rng = random.Random(seed)
     controller = api.with_controller()
     api.step()  # takes the lease and reads the store whole
@@ -179,6 +198,7 @@ def test_the_kept_state_equals_a_fresh_read_after_every_change(api: Api, seed: i
         taken.add(what.split()[0])
         api.step()
         try:
+            assert unsaid == [], unsaid[0]
             check_kept(api)
             settled += check_settled(api)
         except AssertionError as e:
@@ -272,3 +292,26 @@ def test_a_write_that_bypasses_the_feed_is_found_by_the_resync_and_counted(api: 
     api.step()
     assert drifts._value.get() == before + 1
     assert api.until_state(job["id"], "SUSPENDED")["state"] == "SUSPENDED"  # the hold, now seen
+
+
+def test_a_kept_record_cannot_be_changed_in_place_only_replaced(api: Api) -> None:
+    """The kept records are frozen: a change is a new record stored in their place, so nothing can
+    change the kept state unseen (as an ORM row set in place could)."""
+    controller = api.with_controller()
+    job = api.submit("alice", cmd="sleep 30")
+    api.step()
+    api.until_state(job["id"], "RUNNING")
+    api.step()
+    kept = controller.follower.kept
+    assert kept is not None
+    record, current = kept.jobs[job["id"]], kept.current[job["id"]]
+    assert isinstance(record, KeptJob) and isinstance(current, KeptInstance)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.reason = "changed in place"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        current.stop_kind = "preempt"  # type: ignore[misc]
+    with pytest.raises(AttributeError):  # slots: no attribute can be added either
+        object.__setattr__(record, "note", "added")
+    kept.reason_written(job["id"], "a reason the controller wrote")
+    assert kept.jobs[job["id"]] == dataclasses.replace(record, reason="a reason the controller wrote")
+    assert record.reason != "a reason the controller wrote", "the record kept before is unchanged"
