@@ -78,7 +78,7 @@ def resize_scenario(
         first = c.instances(low.id)[0]
         until(lambda: len(sizes(model, first.id)) == 4, "4 workers up")
         assert sizes(model, first.id) == {str(r): "4" for r in range(4)}
-        assert workers_of(first.id) == 4
+        until(lambda: workers_of(first.id) == 4, "4 workers running")
 
         high = h.submit(high_spec)
         until(lambda: running_instance(c, low.id, 2) is not None, "the low job running at 2 workers")
@@ -90,7 +90,7 @@ def resize_scenario(
         assert [(w.node, w.gpus) for w in second.placement] == kept, "it keeps its first workers"
         until(lambda: len(sizes(model, second.id)) == 2, "2 workers up")
         assert sizes(model, second.id) == {"0": "2", "1": "2"}, "ranks renumbered for 2 workers"
-        assert workers_of(second.id) == 2
+        until(lambda: workers_of(second.id) == 2, "2 workers running")
 
         until(lambda: h.job(high.id).state in ("SUCCEEDED", "FAILED"), "the high job's end")
         done_high = h.job(high.id)
@@ -100,7 +100,7 @@ def resize_scenario(
         assert len(third.placement) == 4, third
         until(lambda: len(sizes(model, third.id)) == 4, "4 workers up again")
         assert sizes(model, third.id) == {str(r): "4" for r in range(4)}
-        assert workers_of(third.id) == 4
+        until(lambda: workers_of(third.id) == 4, "4 workers running again")
 
         (model / "finish").write_text("")
         until(lambda: c.job(low.id).state in ("SUCCEEDED", "FAILED"), "the low job's end")
