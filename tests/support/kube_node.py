@@ -89,8 +89,11 @@ class Cluster:
         advertise_gpus(self)
 
     def log_tail(self, name: str, lines: int = 40) -> str:
-        text = (self.dir / f"{name}.log").read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
+        return tail(self.dir / f"{name}.log", lines)
+
+
+def tail(log: Path, lines: int = 40) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _heard_since(node: Any, since: float) -> bool:
@@ -367,18 +370,14 @@ def second_node(cluster: Cluster, engine: Engine, work: Path, name: str = "hai-n
         deadline = time.monotonic() + 120
         while not _is_ready(core, name):
             if kubelet.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join((work / "kubelet.log").read_text(errors="replace").splitlines()[-40:])
-                raise RuntimeError(f"node {name} not Ready:\n{tail}")
+                raise RuntimeError(f"node {name} not Ready:\n{tail(work / 'kubelet.log')}")
             time.sleep(0.5)
         advertise_gpus(cluster, node=name)
         yield name
     finally:
         api.stop([kubelet])
         _ = core.delete_node(name, _preload_content=False).data
-        for container in engine.client.containers.list(  # type: ignore[attr-defined]
-            all=True, filters={"label": "io.kubernetes.docker.type"}
-        ):
-            container.remove(force=True)
+        remove_pod_containers(engine)
         unmount_below(work)
 
 
@@ -404,12 +403,17 @@ def kube_node(docker_engine: Engine, tmp_path_factory: pytest.TempPathFactory) -
     finally:
         api.stop(procs)
         # The kubelet is gone: remove what it left running on the engine.
-        for container in docker_engine.client.containers.list(  # type: ignore[attr-defined]
-            all=True, filters={"label": "io.kubernetes.docker.type"}
-        ):
-            container.remove(force=True)
+        remove_pod_containers(docker_engine)
         unmount_below(work)
         subprocess.run(["ip", "link", "delete", POD_BRIDGE], check=False, capture_output=True)
+
+
+def remove_pod_containers(engine: Engine) -> None:
+    """Remove every container a kubelet made on `engine` (its pods' sandboxes and containers)."""
+    for container in engine.client.containers.list(  # type: ignore[attr-defined]
+        all=True, filters={"label": "io.kubernetes.docker.type"}
+    ):
+        container.remove(force=True)
 
 
 def unmount_below(directory: Path) -> None:
