@@ -4,7 +4,7 @@ reservations, waiting reasons, rejections, claims and launches, each through `tr
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -44,11 +44,11 @@ class Decided:
     reasons: dict[int, str] = field(default_factory=dict)
 
     @classmethod
-    def sort(cls, decisions: list[Decision], reasons: dict[int, str | None]) -> Decided:
+    def sort(cls, decisions: list[Decision], jobs: Mapping[int, KeptJob]) -> Decided:
         d = cls()
         for x in decisions:
             if isinstance(x, Wait):
-                if reasons.get(x.job_id) != x.reason:
+                if _reason(jobs, x.job_id) != x.reason:
                     d.reasons[x.job_id] = x.reason
             elif isinstance(x, Admit):
                 d.admits.append(x)
@@ -62,12 +62,18 @@ class Decided:
                 d.rejects.append(x)
         return d
 
-    def hold_admits(self, reason: str, reasons: dict[int, str | None]) -> None:
+    def hold_admits(self, reason: str, jobs: Mapping[int, KeptJob]) -> None:
         """Start none of the admitted jobs now: they wait, saying why."""
         for a in self.admits:
-            if reasons.get(a.job_id) != reason:
+            if _reason(jobs, a.job_id) != reason:
                 self.reasons[a.job_id] = reason
         self.admits = []
+
+
+def _reason(jobs: Mapping[int, KeptJob], job_id: int) -> str | None:
+    """Why the job waits, as stored (None for a job not kept)."""
+    job = jobs.get(job_id)
+    return None if job is None else job.reason
 
 
 class PlanApplier:
@@ -176,9 +182,9 @@ class PlanApplier:
     def apply(self, view: StoreView, decisions: list[Decision], kept: Kept) -> None:
         """Suspensions first, then what the plan decided in one transaction, then the launches; the
         waiting reasons written are kept in `kept`, which `view` was taken from."""
-        d = Decided.sort(decisions, kept.reasons)
+        d = Decided.sort(decisions, kept.jobs)
         if d.admits and (full := admission.no_room(self.ctx.home)) is not None:
-            d.hold_admits(full, kept.reasons)
+            d.hold_admits(full, kept.jobs)
         for s in d.suspends:
             self._suspend(view, s)
         for r in d.resizes:

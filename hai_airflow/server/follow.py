@@ -41,8 +41,6 @@ class Kept:
     """Current (not ended) instance by job id."""
     last_change: changes.Cursor
     """The newest change of the feed already applied."""
-    reasons: dict[int, str | None] = field(default_factory=dict)
-    """Why each unfinished job waits, as stored (read for every waiting job every cycle)."""
     requests: set[int] = field(default_factory=set)
     """Unfinished jobs with a cancel asked for or held by an admin: the controller acts on these."""
     limited: set[int] = field(default_factory=set)
@@ -53,7 +51,6 @@ class Kept:
     def keep(self, job: KeptJob) -> None:
         """Keep an unfinished job's record (and what is read from it every cycle)."""
         self.jobs[job.id] = job
-        self.reasons[job.id] = job.reason
         if job.cancel_requested or job.held:
             self.requests.add(job.id)
         else:
@@ -69,12 +66,10 @@ class Kept:
         """Keep the waiting reason the controller just wrote, as a reason is not a change the feed
         carries."""
         self.jobs[job_id] = replace(self.jobs[job_id], reason=reason)
-        self.reasons[job_id] = reason
 
     def forget(self, job_id: int) -> None:
         self.jobs.pop(job_id, None)
         self.current.pop(job_id, None)
-        self.reasons.pop(job_id, None)
         self.requests.discard(job_id)
         self.limited.discard(job_id)
         self.blocked.pop(job_id, None)
@@ -184,9 +179,6 @@ def differences(kept: Kept, fresh: Kept) -> list[str]:
         out.append("reservations")
     if kept.jobs != fresh.jobs:
         out.append(f"records of jobs {_differing(kept.jobs, fresh.jobs)[:10]}")
-    if kept.reasons != fresh.reasons:
-        moved = sorted(j for j in fresh.reasons if kept.reasons.get(j) != fresh.reasons[j])
-        out.append(f"reasons of jobs {moved[:10]}")
     if kept.requests != fresh.requests:
         out.append("requests")
     if kept.current != fresh.current:
