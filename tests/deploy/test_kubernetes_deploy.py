@@ -163,6 +163,13 @@ def test_every_overlay_renders_objects_that_pass_strict_schema_validation(
     strictly_valid([str(out)], version, len(rendered))
 
 
+@no_validator
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+def test_the_airflow_task_pod_template_passes_strict_schema_validation(version: str) -> None:
+    """The KubernetesExecutor's task pod template (tests/airflow/test_kubernetes_executor.py)."""
+    strictly_valid([str(REPO / "deploy" / "airflow" / "pod_template.yaml")], version, 1)
+
+
 def test_no_secret_is_shipped() -> None:
     """The token and the database URL come from Secrets the user creates; no file holds one."""
     text = "".join(p.read_text() for p in DEPLOY.rglob("*.yaml"))
