@@ -267,6 +267,20 @@ def test_a_gang_meeting_at_pod_ips_makes_the_others_once_worker_0_has_an_ip(kube
     assert env["MASTER_ADDR"] == env["HOROVOD_GLOO_RENDEZVOUS_ADDR"] == "198.18.0.7"
 
 
+def test_a_restart_before_the_others_are_made_sends_the_gang_back_at_once(kube: KubeTest) -> None:
+    first = kube.backend(gang_address="pod_ip")
+    launch = kube.launch(mode="distributed", gpus=((0,), (1,)))
+    handle = first.start(launch)
+    first.close()  # the server dies before worker 0's pod has an IP: worker 1's pod is never made
+    kube.set_running(handle.data["pods"][0])
+    restarted = kube.backend(gang_address="pod_ip")
+    (ended,) = restarted.reattach([handle])
+    assert (ended.instance_id, ended.lost, ended.exit_code) == (launch.instance_id, True, None)
+    assert f"pod {handle.data['pods'][1]} is missing after a restart" in ended.reason
+    wait_until(lambda: not kube.pods(), "worker 0's pod removed")
+    assert restarted.poll() == []
+
+
 def test_a_gang_not_fully_running_in_time_is_torn_down_and_requeued(kube: KubeTest) -> None:
     backend = kube.backend(start_timeout_seconds=1.5)
     launch = kube.launch(mode="distributed", gpus=((0,), (1,)))
