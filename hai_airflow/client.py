@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
 import time
 import tomllib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
 
@@ -20,21 +20,7 @@ from hai_airflow import endpoints
 from hai_airflow.backoff import Backoff
 from hai_airflow.endpoints import BYTES, JSON, NDJSON, TEXT, Call
 from hai_airflow.http11 import Http, Reply, Stream, TransportError, proxy_for, server_url
-from hai_airflow.spec import (
-    ON_BEHALF_OF,
-    FilesView,
-    InstanceView,
-    JobDetailView,
-    JobSpec,
-    JobView,
-    LedgerView,
-    NodeView,
-    QueueEntryView,
-    QuotaView,
-    ResourcePackageView,
-    UsageHistoryView,
-    UsageView,
-)
+from hai_airflow.spec import ON_BEHALF_OF
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 RETRY_FOR_SECONDS = 120.0
@@ -44,6 +30,8 @@ RETRY_MAX_DELAY = 15.0
 DEFAULT_REGION = "default"
 
 T = TypeVar("T")
+P = ParamSpec("P")
+M = TypeVar("M", bound=Callable[..., Any])
 log = logging.getLogger(__name__)
 
 
@@ -209,6 +197,40 @@ def request_headers(token: str | None, on_behalf_of: str | None = None) -> dict[
     return headers
 
 
+def _as_method(method: M, build: Callable[..., Call[Any]], owner: str) -> M:
+    """`method` named and documented as the endpoint `build`: its docstring, and its signature with
+    `self` first and what the call reads as the result."""
+    method.__name__ = build.__name__
+    method.__qualname__ = f"{owner}.{build.__name__}"
+    method.__doc__ = build.__doc__
+    signature = inspect.signature(build)
+    result = signature.return_annotation  # `Call[JobView]` (a string, as annotations are) reads a JobView
+    if isinstance(result, str) and result.startswith("Call["):
+        result = result.removeprefix("Call[").removesuffix("]")
+    this = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    parameters = [this, *signature.parameters.values()]
+    method.__signature__ = signature.replace(parameters=parameters, return_annotation=result)  # type: ignore[attr-defined]
+    return method
+
+
+def _blocking(build: Callable[P, Call[T]]) -> Callable[Concatenate[HaiClient, P], T]:
+    """The `HaiClient` method that sends the endpoint's call and returns what its answer says."""
+
+    def method(self: HaiClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._call(build(*args, **kwargs))
+
+    return _as_method(method, build, "HaiClient")
+
+
+def _awaited(build: Callable[P, Call[T]]) -> Callable[Concatenate[AsyncHaiClient, P], Coroutine[Any, Any, T]]:
+    """The `AsyncHaiClient` method that sends the endpoint's call and returns what its answer says."""
+
+    async def method(self: AsyncHaiClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._call(build(*args, **kwargs))
+
+    return _as_method(method, build, "AsyncHaiClient")
+
+
 class HaiClient:
     """Blocking client. Every method raises `HaiError` (or `HaiUnreachable`) on failure.
 
@@ -273,69 +295,38 @@ class HaiClient:
     def _call(self, call: Call[T]) -> T:
         return call.answer(self._request(call.method, call.path, call.expect, **call.options()))
 
-    def health(self) -> dict[str, Any]:
-        return self._call(endpoints.health())
-
-    def whoami(self) -> dict[str, Any]:
-        return self._call(endpoints.whoami())
-
-    def resource_packages(self) -> list[ResourcePackageView]:
-        return self._call(endpoints.resource_packages())
-
-    def submit(self, spec: JobSpec, client_key: str | None = None, array: str | None = None) -> JobView:
-        """The job made; with `array` (`0-9%2`), the first task of the array made."""
-        return self._call(endpoints.submit(spec, client_key, array))
-
-    def check_high_priority(self, gpus: int) -> dict[str, Any]:
-        """Would `gpus` more high-priority GPUs fit the caller's quota now? {allowed, reason}."""
-        return self._call(endpoints.check_high_priority(gpus))
-
-    def jobs(
-        self,
-        user: str | None = None,
-        state: str | None = None,
-        group: str | None = None,
-        all: bool = False,
-        limit: int | None = None,
-        before: int | None = None,
-        selector: str | None = None,
-        array: int | None = None,
-    ) -> list[JobView]:
-        return self._call(endpoints.jobs(user, state, group, all, limit, before, selector, array))
-
-    def job(self, job_id: int) -> JobDetailView:
-        return self._call(endpoints.job(job_id))
-
-    def job_by_key(self, client_key: str) -> JobView | None:
-        return self._call(endpoints.job_by_key(client_key))
-
-    def instances(self, job_id: int) -> list[InstanceView]:
-        return self._call(endpoints.instances(job_id))
-
-    def instance(self, instance_id: int) -> InstanceView:
-        return self._call(endpoints.instance(instance_id))
-
-    def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
-        """Long-poll: returns once the job's state differs from `since_state`, or at `timeout`."""
-        return self._call(endpoints.wait(job_id, since_state, timeout))
-
-    def usage(
-        self,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        by: str = "user",
-        user: str | None = None,
-        group: str | None = None,
-    ) -> list[UsageView]:
-        """GPU-hours, losses and waits over [since, until) per user or group (`hai usage`)."""
-        return self._call(endpoints.usage(since, until, by, user, group))
-
-    def jobs_revision(self, after: str | None = None, timeout: float = 0) -> str:
-        """Long-poll: the revision of your task list once it differs from `after`, or at `timeout`."""
-        return self._call(endpoints.jobs_revision(after, timeout))
-
-    def log(self, instance_id: int, tail: int = 0) -> str:
-        return self._call(endpoints.log(instance_id, tail))
+    # One method per endpoint: its parameters, defaults and documentation are `endpoints`'s.
+    health = _blocking(endpoints.health)
+    whoami = _blocking(endpoints.whoami)
+    resource_packages = _blocking(endpoints.resource_packages)
+    submit = _blocking(endpoints.submit)
+    check_high_priority = _blocking(endpoints.check_high_priority)
+    jobs = _blocking(endpoints.jobs)
+    job = _blocking(endpoints.job)
+    job_by_key = _blocking(endpoints.job_by_key)
+    instances = _blocking(endpoints.instances)
+    instance = _blocking(endpoints.instance)
+    wait = _blocking(endpoints.wait)
+    usage = _blocking(endpoints.usage)
+    jobs_revision = _blocking(endpoints.jobs_revision)
+    log = _blocking(endpoints.log)
+    check_store = _blocking(endpoints.check_store)
+    files = _blocking(endpoints.files)
+    cancel = _blocking(endpoints.cancel)
+    promote = _blocking(endpoints.promote)
+    suspend = _blocking(endpoints.suspend)
+    resume = _blocking(endpoints.resume)
+    requeue = _blocking(endpoints.requeue)
+    hold = _blocking(endpoints.hold)
+    release = _blocking(endpoints.release)
+    queue = _blocking(endpoints.queue)
+    quota = _blocking(endpoints.quota)
+    quotas = _blocking(endpoints.quotas)
+    set_user_quota = _blocking(endpoints.set_user_quota)
+    set_group_quota = _blocking(endpoints.set_group_quota)
+    nodes = _blocking(endpoints.nodes)
+    drain_node = _blocking(endpoints.drain_node)
+    undrain_node = _blocking(endpoints.undrain_node)
 
     def follow_log(self, instance_id: int, tail: int = 0) -> Iterator[str]:
         """The log as it grows, until the instance ends; `HaiConnectionLost` if the server answered and
@@ -343,14 +334,6 @@ class HaiClient:
         params = {"tail": tail, "follow": True}
         with self._streaming("GET", endpoints.log_path(instance_id), TEXT, params) as resp:
             yield from resp.iter_text()
-
-    def check_store(self) -> LedgerView:
-        """The ledger run on the server's store (platform admins)."""
-        return self._call(endpoints.check_store())
-
-    def files(self, job_id: int, path: str = "") -> FilesView:
-        """What `path` below the task's model dir is, and a directory's entries."""
-        return self._call(endpoints.files(job_id, path))
 
     def download(self, job_id: int, path: str) -> Iterator[bytes]:
         """A file below the task's model dir, as it comes; `HaiConnectionLost` when it stopped short."""
@@ -390,54 +373,6 @@ class HaiClient:
         except TransportError as e:
             lost = HaiConnectionLost if answered else HaiUnreachable
             raise lost(self.connection.server, e.kind) from None
-
-    def cancel(self, job_id: int) -> JobView:
-        return self._call(endpoints.cancel(job_id))
-
-    def promote(self, job_id: int, max_schedule: int) -> JobView:
-        return self._call(endpoints.promote(job_id, max_schedule))
-
-    def suspend(self, job_id: int) -> JobView:
-        return self._call(endpoints.suspend(job_id))
-
-    def resume(self, job_id: int) -> JobView:
-        return self._call(endpoints.resume(job_id))
-
-    def requeue(self, job_id: int, fresh: bool = False) -> JobView:
-        return self._call(endpoints.requeue(job_id, fresh))
-
-    def hold(self, job_id: int) -> JobView:
-        return self._call(endpoints.hold(job_id))
-
-    def release(self, job_id: int) -> JobView:
-        return self._call(endpoints.release(job_id))
-
-    def queue(self) -> list[QueueEntryView]:
-        return self._call(endpoints.queue())
-
-    def quota(self) -> QuotaView:
-        """The caller's and their group's quota and usage."""
-        return self._call(endpoints.quota())
-
-    def quotas(self) -> list[QuotaView]:
-        """Every group the caller may see."""
-        return self._call(endpoints.quotas())
-
-    def set_user_quota(self, user: str, gpus: int | None) -> QuotaView:
-        return self._call(endpoints.set_user_quota(user, gpus))
-
-    def set_group_quota(self, group: str, gpus: int | None) -> QuotaView:
-        return self._call(endpoints.set_group_quota(group, gpus))
-
-    def nodes(self) -> list[NodeView]:
-        return self._call(endpoints.nodes())
-
-    def drain_node(self, name: str, reason: str | None = None) -> NodeView:
-        """No new placement on the node until `undrain_node` (platform admins)."""
-        return self._call(endpoints.drain_node(name, reason))
-
-    def undrain_node(self, name: str) -> NodeView:
-        return self._call(endpoints.undrain_node(name))
 
 
 class AsyncHaiClient:
@@ -479,67 +414,25 @@ class AsyncHaiClient:
     async def _call(self, call: Call[T]) -> T:
         return call.answer(await self._request(call.method, call.path, call.expect, **call.options()))
 
-    async def health(self) -> dict[str, Any]:
-        return await self._call(endpoints.health())
-
-    async def whoami(self) -> dict[str, Any]:
-        return await self._call(endpoints.whoami())
-
-    async def submit(self, spec: JobSpec, client_key: str | None = None) -> JobView:
-        return await self._call(endpoints.submit(spec, client_key))
-
-    async def check_high_priority(self, gpus: int) -> dict[str, Any]:
-        return await self._call(endpoints.check_high_priority(gpus))
-
-    async def jobs(
-        self,
-        user: str | None = None,
-        state: str | None = None,
-        group: str | None = None,
-        all: bool = False,
-        limit: int | None = None,
-        before: int | None = None,
-        selector: str | None = None,
-    ) -> list[JobView]:
-        return await self._call(endpoints.jobs(user, state, group, all, limit, before, selector))
-
-    async def job(self, job_id: int) -> JobDetailView:
-        return await self._call(endpoints.job(job_id))
-
-    async def instances(self, job_id: int) -> list[InstanceView]:
-        return await self._call(endpoints.instances(job_id))
-
-    async def instance(self, instance_id: int) -> InstanceView:
-        return await self._call(endpoints.instance(instance_id))
-
-    async def wait(self, job_id: int, since_state: str | None = None, timeout: float = 30) -> JobView:
-        return await self._call(endpoints.wait(job_id, since_state, timeout))
-
-    async def usage(
-        self,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        by: str = "user",
-        user: str | None = None,
-        group: str | None = None,
-    ) -> list[UsageView]:
-        return await self._call(endpoints.usage(since, until, by, user, group))
-
-    async def usage_history(
-        self,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        by: str = "user",
-        user: str | None = None,
-        group: str | None = None,
-    ) -> UsageHistoryView:
-        return await self._call(endpoints.usage_history(since, until, by, user, group))
-
-    async def jobs_revision(self, after: str | None = None, timeout: float = 0) -> str:
-        return await self._call(endpoints.jobs_revision(after, timeout))
-
-    async def log(self, instance_id: int, tail: int = 0) -> str:
-        return await self._call(endpoints.log(instance_id, tail))
+    # The endpoints async code needs, each as `HaiClient` has it.
+    health = _awaited(endpoints.health)
+    whoami = _awaited(endpoints.whoami)
+    submit = _awaited(endpoints.submit)
+    check_high_priority = _awaited(endpoints.check_high_priority)
+    jobs = _awaited(endpoints.jobs)
+    job = _awaited(endpoints.job)
+    instances = _awaited(endpoints.instances)
+    instance = _awaited(endpoints.instance)
+    wait = _awaited(endpoints.wait)
+    usage = _awaited(endpoints.usage)
+    usage_history = _awaited(endpoints.usage_history)
+    jobs_revision = _awaited(endpoints.jobs_revision)
+    log = _awaited(endpoints.log)
+    cancel = _awaited(endpoints.cancel)
+    queue = _awaited(endpoints.queue)
+    quota = _awaited(endpoints.quota)
+    quotas = _awaited(endpoints.quotas)
+    nodes = _awaited(endpoints.nodes)
 
     async def follow_log(self, instance_id: int, tail: int = 0) -> AsyncIterator[str]:
         params = {"tail": tail, "follow": True}
@@ -553,18 +446,3 @@ class AsyncHaiClient:
                     yield chunk
         except httpx.TransportError as e:
             raise HaiUnreachable(self.connection.server, type(e).__name__) from None
-
-    async def cancel(self, job_id: int) -> JobView:
-        return await self._call(endpoints.cancel(job_id))
-
-    async def queue(self) -> list[QueueEntryView]:
-        return await self._call(endpoints.queue())
-
-    async def quota(self) -> QuotaView:
-        return await self._call(endpoints.quota())
-
-    async def quotas(self) -> list[QuotaView]:
-        return await self._call(endpoints.quotas())
-
-    async def nodes(self) -> list[NodeView]:
-        return await self._call(endpoints.nodes())

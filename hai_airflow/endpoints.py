@@ -98,6 +98,7 @@ def resource_packages() -> Call[list[ResourcePackageView]]:
 
 
 def submit(spec: JobSpec, client_key: str | None = None, array: str | None = None) -> Call[JobView]:
+    """The job made; with `array` (`0-9%2`), the first task of the array made."""
     request = SubmitRequest(spec=spec, client_key=client_key, array=array)
     body = request.model_dump(mode="json", exclude={"array"} if array is None else set())
     return Call("POST", f"{API}/jobs", JobView.model_validate, body=body)
@@ -146,7 +147,7 @@ def instance(instance_id: int) -> Call[InstanceView]:
 
 
 def wait(job_id: int, since_state: str | None = None, timeout: float = 30) -> Call[JobView]:
-    """Long-poll: answered once the job's state differs from `since_state`, or at `timeout`."""
+    """Long-poll: returns once the job's state differs from `since_state`, or at `timeout`."""
     params: dict[str, Any] = {"timeout": timeout}
     if since_state:
         params["since_state"] = since_state
@@ -156,7 +157,7 @@ def wait(job_id: int, since_state: str | None = None, timeout: float = 30) -> Ca
 
 
 def jobs_revision(after: str | None = None, timeout: float = 0) -> Call[str]:
-    """Long-poll: the revision of the caller's task list once it differs from `after`, or at `timeout`."""
+    """Long-poll: the revision of your task list once it differs from `after`, or at `timeout`."""
     params: dict[str, Any] = {"timeout": timeout}
     if after is not None:
         params["after"] = after
@@ -177,23 +178,35 @@ def _usage_params(
 
 
 def usage(
-    since: datetime | None, until: datetime | None, by: str, user: str | None, group: str | None
+    since: datetime | None = None,
+    until: datetime | None = None,
+    by: str = "user",
+    user: str | None = None,
+    group: str | None = None,
 ) -> Call[list[UsageView]]:
+    """GPU-hours, losses and waits over [since, until) per user or group (`hai usage`)."""
     return Call("GET", f"{API}/usage", _USAGE.validate_python, _usage_params(since, until, by, user, group))
 
 
 def usage_history(
-    since: datetime | None, until: datetime | None, by: str, user: str | None, group: str | None
+    since: datetime | None = None,
+    until: datetime | None = None,
+    by: str = "user",
+    user: str | None = None,
+    group: str | None = None,
 ) -> Call[UsageHistoryView]:
+    """Use over [since, until) by UTC day per user or group, and the queue hour by hour."""
     params = _usage_params(since, until, by, user, group)
     return Call("GET", f"{API}/usage/history", UsageHistoryView.model_validate, params)
 
 
 def check_store() -> Call[LedgerView]:
+    """The ledger run on the server's store (platform admins)."""
     return Call("GET", f"{API}/admin/check", LedgerView.model_validate, timeout=600)
 
 
-def files(job_id: int, path: str) -> Call[FilesView]:
+def files(job_id: int, path: str = "") -> Call[FilesView]:
+    """What `path` below the task's model dir is, and a directory's entries."""
     return Call("GET", f"{API}/jobs/{job_id}/files", FilesView.model_validate, {"path": path})
 
 
@@ -271,6 +284,7 @@ def nodes() -> Call[list[NodeView]]:
 
 
 def drain_node(name: str, reason: str | None = None) -> Call[NodeView]:
+    """No new placement on the node until `undrain_node` (platform admins)."""
     body = {"reason": reason}
     return Call("POST", f"{API}/nodes/{quote(name, safe='')}/drain", NodeView.model_validate, body=body)
 
