@@ -48,7 +48,23 @@ def latest_instance(instances: list[InstanceView]) -> InstanceView | None:
     return max(instances, key=lambda i: i.id, default=None)
 
 
-class HaiHook(BaseHook):
+class _HaiConnectionHook(BaseHook):
+    """What both hooks are made of: the `hai` connection, the request timeout and the user to act for."""
+
+    conn_name_attr = "hai_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "hai"
+
+    def __init__(
+        self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0, on_behalf_of: str | None = None
+    ) -> None:
+        super().__init__()
+        self.hai_conn_id = hai_conn_id
+        self.timeout = timeout
+        self.on_behalf_of = on_behalf_of
+
+
+class HaiHook(_HaiConnectionHook):
     """Talks to the hai server through :class:`~hai_airflow.client.HaiClient`.
 
     The connection (type ``hai``) holds the server URL in *host*, the API token in *password*
@@ -66,19 +82,8 @@ class HaiHook(BaseHook):
     :param on_behalf_of: the hai user to act for (None: the token's own user).
     """
 
-    conn_name_attr = "hai_conn_id"
-    default_conn_name = DEFAULT_CONN_ID
-    conn_type = "hai"
     hook_name = "HAI training platform"
-
-    def __init__(
-        self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0, on_behalf_of: str | None = None
-    ) -> None:
-        super().__init__()
-        self.hai_conn_id = hai_conn_id
-        self.timeout = timeout
-        self.on_behalf_of = on_behalf_of
-        self._client: HaiClient | None = None
+    _client: HaiClient | None = None
 
     def _connection(self) -> Any | None:
         try:
@@ -148,7 +153,7 @@ class HaiHook(BaseHook):
         return client.log(newest.id, tail=lines).splitlines()[-lines:]
 
 
-class HaiAsyncHook(BaseHook):
+class HaiAsyncHook(_HaiConnectionHook):
     """The asyncio twin of :class:`HaiHook`, for triggers.
 
     :param hai_conn_id: the Airflow connection to use.
@@ -157,18 +162,7 @@ class HaiAsyncHook(BaseHook):
         the one its operator acted for.
     """
 
-    conn_name_attr = "hai_conn_id"
-    default_conn_name = DEFAULT_CONN_ID
-    conn_type = "hai"
     hook_name = "HAI training platform (async)"
-
-    def __init__(
-        self, hai_conn_id: str = DEFAULT_CONN_ID, timeout: float = 30.0, on_behalf_of: str | None = None
-    ) -> None:
-        super().__init__()
-        self.hai_conn_id = hai_conn_id
-        self.timeout = timeout
-        self.on_behalf_of = on_behalf_of
 
     async def _connection(self) -> Any | None:
         try:
