@@ -20,6 +20,7 @@ from hai_airflow.client import AsyncHaiClient, HaiError
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
 from hai_airflow.hooks.retry import aretry_transient
 from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
+from hai_airflow.triggers.serialized import serialized
 
 DEFAULT_PATTERN = "checkpoint-*"
 _UNFINISHED = ("*.tmp", "*.tmp-*", "*.temp", "*.partial", "*.part", "*.lock", ".*", "*~")
@@ -195,19 +196,7 @@ class HaiCheckpointTrigger(BaseTrigger):
         self.max_backoff = max_backoff
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_id": self.job_id,
-                "path": self.path,
-                "pattern": self.pattern,
-                "newer_than": self.newer_than,
-                "after_step": self.after_step,
-                "hai_conn_id": self.hai_conn_id,
-                "poll_interval": self.poll_interval,
-                "max_backoff": self.max_backoff,
-            },
-        )
+        return serialized(self)
 
     def _wanted(self, seen: CheckpointSeen | None) -> bool:
         return seen is not None and is_newer(seen, parse_time(self.newer_than), self.after_step)
@@ -296,17 +285,7 @@ class HaiCheckpointWatchTrigger(BaseEventTrigger):
         self.max_backoff = max_backoff
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_id": self.job_id,
-                "model_dir": self.model_dir,
-                "hai_conn_id": self.hai_conn_id,
-                "hai_user": self.hai_user,
-                "poll_interval": self.poll_interval,
-                "max_backoff": self.max_backoff,
-            },
-        )
+        return serialized(self)
 
     @property
     def watched(self) -> str:

@@ -14,6 +14,7 @@ from hai_airflow.client import AsyncHaiClient, HaiError
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
 from hai_airflow.hooks.retry import aretry_transient
 from hai_airflow.spec import TERMINAL_STATES, ForecastView, JobState, JobView, PriorityClass
+from hai_airflow.triggers.serialized import serialized
 
 LOG_TAIL_ATTEMPTS = 4
 FORECAST_MOVE_SECONDS = 300.0
@@ -157,19 +158,7 @@ class HaiJobTrigger(BaseTrigger):
         self.on_behalf_of = on_behalf_of
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "job_id": self.job_id,
-                "hai_conn_id": self.hai_conn_id,
-                "target_states": self.target_states,
-                "poll_timeout": self.poll_timeout,
-                "log_tail_lines": self.log_tail_lines,
-                "cancel_on_kill": self.cancel_on_kill,
-                "max_backoff": self.max_backoff,
-                "on_behalf_of": self.on_behalf_of,
-            },
-        )
+        return serialized(self)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = HaiAsyncHook(self.hai_conn_id, on_behalf_of=self.on_behalf_of)

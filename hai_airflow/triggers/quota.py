@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hai_airflow.client import HaiError
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiAsyncHook
 from hai_airflow.hooks.retry import aretry_transient
+from hai_airflow.triggers.serialized import serialized
 
 
 class HaiQuotaEvent(BaseModel):
@@ -56,16 +57,7 @@ class HaiQuotaTrigger(BaseTrigger):
         self.on_behalf_of = on_behalf_of
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "gpus": self.gpus,
-                "hai_conn_id": self.hai_conn_id,
-                "poll_interval": self.poll_interval,
-                "max_backoff": self.max_backoff,
-                "on_behalf_of": self.on_behalf_of,
-            },
-        )
+        return serialized(self)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         hook = HaiAsyncHook(self.hai_conn_id, on_behalf_of=self.on_behalf_of)
