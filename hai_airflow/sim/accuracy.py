@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from hai_airflow.sim.metrics import percentile
+from hai_airflow.sim.metrics import figure, percentile
 
 Method = Literal["forecast", "slurm-style", "unknown"]
 METHODS: tuple[Method, ...] = ("forecast", "slurm-style", "unknown")
@@ -73,27 +73,23 @@ def median_abs_error(forecasts: Sequence[StartForecast]) -> float | None:
     return percentile(errors, 50)
 
 
-def _figure(description: str) -> Any:
-    return Field(description=description)
-
-
 class ForecastAccuracy(BaseModel):
     """One line of `hai sim --forecast`: how one method forecast the starts of one priority class."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    priority: PriorityClass = _figure("Priority class the jobs ran as.")
-    method: Method = _figure(
+    priority: PriorityClass = figure("Priority class the jobs ran as.")
+    method: Method = figure(
         "forecast: the planner run forward with runtime estimates; slurm-style: the same run with every "
         "job at its time limit; unknown: no estimate at all, what a low job shows without a forecast."
     )
-    forecasts: int = _figure("Forecasts of queued jobs' first starts, each measured at the real start.")
-    predicted: float | None = _figure("Share of forecasts that gave a start at all.")
-    median_abs_error_s: float | None = _figure("Median seconds between predicted and real start.")
-    within_25pct: float | None = _figure("Share of forecasts within 25% of the wait they predicted.")
-    short_waits: int = _figure("Forecasts made less than an hour before the real start.")
-    short_within_10min: float | None = _figure("Of those, the share within 10 minutes of the real start.")
-    started_later: float | None = _figure(
+    forecasts: int = figure("Forecasts of queued jobs' first starts, each measured at the real start.")
+    predicted: float | None = figure("Share of forecasts that gave a start at all.")
+    median_abs_error_s: float | None = figure("Median seconds between predicted and real start.")
+    within_25pct: float | None = figure("Share of forecasts within 25% of the wait they predicted.")
+    short_waits: int = figure("Forecasts made less than an hour before the real start.")
+    short_within_10min: float | None = figure("Of those, the share within 10 minutes of the real start.")
+    started_later: float | None = figure(
         "Of the forecasts that gave a start, the share whose job started later than predicted (jobs "
         "submitted after the forecast, unknown to it, can overtake a queued job)."
     )

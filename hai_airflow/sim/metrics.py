@@ -21,7 +21,8 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
-def _figure(description: str) -> Any:
+def figure(description: str) -> Any:
+    """A reported figure: a field known by its description (it is what `hai sim -o json` documents)."""
     return Field(description=description)
 
 
@@ -30,39 +31,39 @@ class SimSummary(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: str = _figure("Planner policy the trace was replayed under.")
-    jobs: int = _figure("Jobs in the trace.")
-    jobs_finished: int = _figure("Jobs that ran to completion.")
-    jobs_unfinished: int = _figure("Jobs still waiting when nothing else could happen.")
-    jobs_rejected: int = _figure("Jobs the planner refused as impossible on this cluster.")
-    downgraded_to_low: int = _figure("High-priority requests beyond quota at submission, run as low.")
-    high_jobs: int = _figure("Jobs that ran as high priority.")
-    makespan_s: float = _figure("Seconds from the first submission to the last completion.")
-    gpu_utilisation: float = _figure("Allocated GPU-seconds (lost work included) / all GPUs x makespan.")
-    high_queue_p50_s: float | None = _figure("High priority: median seconds from submission to first start.")
-    high_queue_p95_s: float | None = _figure("High priority: 95th percentile queueing seconds.")
-    high_queue_p99_s: float | None = _figure("High priority: 99th percentile queueing seconds.")
-    high_within_max_schedule: float | None = _figure(
+    policy: str = figure("Planner policy the trace was replayed under.")
+    jobs: int = figure("Jobs in the trace.")
+    jobs_finished: int = figure("Jobs that ran to completion.")
+    jobs_unfinished: int = figure("Jobs still waiting when nothing else could happen.")
+    jobs_rejected: int = figure("Jobs the planner refused as impossible on this cluster.")
+    downgraded_to_low: int = figure("High-priority requests beyond quota at submission, run as low.")
+    high_jobs: int = figure("Jobs that ran as high priority.")
+    makespan_s: float = figure("Seconds from the first submission to the last completion.")
+    gpu_utilisation: float = figure("Allocated GPU-seconds (lost work included) / all GPUs x makespan.")
+    high_queue_p50_s: float | None = figure("High priority: median seconds from submission to first start.")
+    high_queue_p95_s: float | None = figure("High priority: 95th percentile queueing seconds.")
+    high_queue_p99_s: float | None = figure("High priority: 99th percentile queueing seconds.")
+    high_within_max_schedule: float | None = figure(
         "Share of high-priority jobs first started within their max_schedule hours."
     )
-    low_queue_p50_s: float | None = _figure("Low priority: median seconds from submission to first start.")
-    low_queue_p95_s: float | None = _figure("Low priority: 95th percentile queueing seconds.")
-    jct_p50_s: float | None = _figure("Median job completion time (submission to completion), seconds.")
-    jct_p95_s: float | None = _figure("95th percentile job completion time, seconds.")
-    low_jct_p50_s: float | None = _figure("Low priority: median job completion time, seconds.")
-    low_jct_p90_s: float | None = _figure("Low priority: 90th percentile job completion time, seconds.")
-    suspensions: int = _figure("Suspensions (preemptions) of low-priority jobs.")
-    shrinks: int = _figure("Resizable jobs shrunk to fewer workers for a high-priority job.")
-    grows: int = _figure("Resizable jobs grown back on free GPUs.")
-    lost_gpu_hours: float = _figure(
+    low_queue_p50_s: float | None = figure("Low priority: median seconds from submission to first start.")
+    low_queue_p95_s: float | None = figure("Low priority: 95th percentile queueing seconds.")
+    jct_p50_s: float | None = figure("Median job completion time (submission to completion), seconds.")
+    jct_p95_s: float | None = figure("95th percentile job completion time, seconds.")
+    low_jct_p50_s: float | None = figure("Low priority: median job completion time, seconds.")
+    low_jct_p90_s: float | None = figure("Low priority: 90th percentile job completion time, seconds.")
+    suspensions: int = figure("Suspensions (preemptions) of low-priority jobs.")
+    shrinks: int = figure("Resizable jobs shrunk to fewer workers for a high-priority job.")
+    grows: int = figure("Resizable jobs grown back on free GPUs.")
+    lost_gpu_hours: float = figure(
         "GPU-hours thrown away: work since the last checkpoint of suspended jobs, and the restart delay "
         "on the GPUs a resized job held."
     )
-    planner_cycles: int = _figure("Calls to the planner.")
-    planner_ms_median: float | None = _figure("Median wall-clock milliseconds per planner call.")
-    planner_ms_max: float | None = _figure("Slowest planner call, milliseconds.")
-    wall_s: float = _figure("Wall-clock seconds the simulation took.")
-    jobs_per_wall_s: float = _figure("Simulated jobs per wall-clock second.")
+    planner_cycles: int = figure("Calls to the planner.")
+    planner_ms_median: float | None = figure("Median wall-clock milliseconds per planner call.")
+    planner_ms_max: float | None = figure("Slowest planner call, milliseconds.")
+    wall_s: float = figure("Wall-clock seconds the simulation took.")
+    jobs_per_wall_s: float = figure("Simulated jobs per wall-clock second.")
 
 
 def summarize(run: SimRun) -> SimSummary:
