@@ -16,11 +16,9 @@ from hai_airflow.backends.mounts import launch_mounts
 from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,
-    gang_env,
     host_ports,
-    per_gpu,
+    rank_env,
     worker_argv,
-    worker_env,
     worker_slots,
 )
 from hai_airflow.scheduling.model import WorkerPlacement
@@ -166,19 +164,10 @@ def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions, account: 
 
     HOME is the instance's work dir, as for a local job: the account may have no home in the image.
     """
-    distributed = isinstance(launch.spec, DistributedJobSpec)
-    addr, port = master_addr_port(launch, opts)
     own = {"HOME": str(launch.work_dir), "USER": account.name, "LOGNAME": account.name}
     env = {**own, **launch.env, **launch.spec.env}
-    if per_gpu(launch.spec):
-        env |= gang_env(slot, len(slots_of(launch)), gang_of(launch, opts))
-    else:
-        env |= worker_env(slot, len(launch.placement), distributed, port)
-        if distributed:
-            env["MASTER_ADDR"] = addr
-    if slot.gpus and not opts.virtual_gpus:
-        # The engine passes only the placement's GPUs, which the container numbers from 0.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
+    gang = gang_of(launch, opts)  # worker 0's container, or this host's loopback
+    env |= rank_env(launch.spec, slot, len(slots_of(launch)), gang, renumber=not opts.virtual_gpus)
     env["HAI_PREEMPT_NOTICE"] = str(notice_path(launch))
     # docker-init (tini) forwards signals to the command's process group, not only to the shell.
     env["TINI_KILL_PROCESS_GROUP"] = "1"

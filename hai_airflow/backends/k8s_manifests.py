@@ -16,11 +16,9 @@ from hai_airflow.backends.mounts import job_paths, launch_rules
 from hai_airflow.backends.workerenv import (
     Gang,
     WorkerSlot,
-    gang_env,
     host_ports,
-    per_gpu,
+    rank_env,
     worker_argv,
-    worker_env,
     worker_slots,
 )
 from hai_airflow.scheduling.model import WorkerPlacement
@@ -222,15 +220,7 @@ def environment(
     Without `launcher` (an MPIJob's pods) a per-gpu job gets no rendezvous of the platform: mpirun's.
     """
     env = {**launch.env, **launch.spec.env}
-    if launcher and per_gpu(launch.spec):
-        env |= gang_env(slot, len(slots(launch)), gang)
-    else:
-        env |= worker_env(slot, max(1, len(launch.placement)), is_distributed(launch), gang.master_port)
-        if is_distributed(launch):
-            env["MASTER_ADDR"] = gang.master_addr
-    if slot.gpus and not opts.virtual_gpus:
-        # The device plugin decides which GPUs the pod gets; inside, they are numbered from 0.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
+    env |= rank_env(launch.spec, slot, len(slots(launch)), gang, launcher, renumber=not opts.virtual_gpus)
     # No exec into pods: an elastic pod's preStop hook creates the notice here, then SIGTERM follows.
     env["HAI_PREEMPT_NOTICE"] = NOTICE_PATH
     for storage_id in launch.spec.project_storage:

@@ -156,6 +156,30 @@ NO_PYTHON = (
 """Starts the launcher with the image's python3, or says plainly why it cannot."""
 
 
+def rank_env(
+    spec: CpuJobSpec | StandaloneJobSpec | DistributedJobSpec,
+    slot: WorkerSlot,
+    workers: int,
+    gang: Gang,
+    launcher: bool = True,
+    renumber: bool = True,
+) -> dict[str, str]:
+    """A container worker's rank variables, the same under every container backend: those of its one
+    process per GPU started by the rank launcher (`gang_env`; not without `launcher`, when mpirun starts
+    them), else the worker's own with worker 0's address. With `renumber` (real GPUs: the engine or the
+    device plugin passes only the worker's own), its GPUs are numbered from 0 as the container sees them."""
+    if launcher and per_gpu(spec):
+        env = gang_env(slot, workers, gang)
+    else:
+        distributed = isinstance(spec, DistributedJobSpec)
+        env = worker_env(slot, workers, distributed, gang.master_port)
+        if distributed:
+            env["MASTER_ADDR"] = gang.master_addr
+    if slot.gpus and renumber:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slot.gpus)))
+    return env
+
+
 def host_ports(instance_id: int) -> tuple[int, int]:
     """(torch store port, Horovod rendezvous port) of an instance on a network instances share (a host's):
     spread by instance id, so two instances on one machine never ask for the same port."""

@@ -11,10 +11,12 @@ from hai_airflow.backends.workerenv import (
     gang_env,
     image_env,
     launcher_argv,
+    rank_env,
     worker_env,
     worker_slots,
 )
 from hai_airflow.scheduling.model import WorkerPlacement as W
+from hai_airflow.spec import CpuJobSpec, DistributedJobSpec
 
 # GPU indices here are placement data only; nothing touches a GPU.
 
@@ -49,6 +51,27 @@ def test_distributed_worker_gets_horovod_and_torch_variables() -> None:
     }
     assert (env["HOROVOD_RANK"], env["HOROVOD_SIZE"], env["HOROVOD_LOCAL_RANK"]) == ("2", "3", "1")
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["HAI_GPUS_PER_WORKER"]) == ("127.0.0.1", "29500", "2")
+
+
+def test_a_container_worker_sees_its_gpus_from_0_and_meets_worker_0_at_the_gang_address() -> None:
+    gang = Gang("w0.hai-7", 29500, "w0.hai-7", 29400, "eth0", "0.0.0.0")
+    spec = DistributedJobSpec(
+        task_name="t", code_path="/c", cmd="x", workers=2, worker_resource_pkg=1, processes="per-worker"
+    )
+    env = rank_env(spec, WorkerSlot(1, "b", (4, 5), 0, 1), 2, gang)
+    assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == ("1", "2", "w0.hai-7")
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # what the engine passed, numbered inside
+    assert (
+        rank_env(spec, WorkerSlot(1, "b", (4, 5), 0, 1), 2, gang, renumber=False)["CUDA_VISIBLE_DEVICES"]
+        == "4,5"
+    )
+    per_gpu = spec.model_copy(update={"processes": "per-gpu"})  # the rank launcher's variables instead
+    assert rank_env(per_gpu, WorkerSlot(1, "b", (4, 5), 0, 1), 2, gang)["HOROVOD_CROSS_RANK"] == "1"
+    assert "HOROVOD_CROSS_RANK" not in rank_env(
+        per_gpu, WorkerSlot(1, "b", (4, 5), 0, 1), 2, gang, launcher=False
+    )
+    cpu = CpuJobSpec(task_name="t", code_path="/c", cmd="x")
+    assert rank_env(cpu, WorkerSlot(0, "", (), 0, 1), 1, gang)["HAI_WORKERS"] == "1"
 
 
 def test_image_env_puts_the_venv_first_and_leaves_others_alone() -> None:
