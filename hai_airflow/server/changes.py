@@ -1,10 +1,11 @@
 """The change feed: each write transaction records which jobs it changed (and whether quotas or
 nodes changed), so the controller keeps its cluster state without re-reading the store.
 
-Rows are collected from the session's flushes, so every ORM write is seen without the writer saying
-so. A write the flushes cannot see (a Core UPDATE or DELETE of a job's row, instances or reservations)
-says first which jobs it changes, through `jobs_changed`, the one way to; `transitions.move` says so
-too. A statement that did not is caught by a test (`test_changes_recorded`), not by the resync.
+A job's change enters the feed one way: `jobs_changed`. A flush calls it for the ORM rows it writes,
+so no ORM writer can forget it; a write the flushes cannot see (a Core UPDATE or DELETE of a job's
+row, instances or reservations) calls it first, as `transitions.move` does. A Core statement that did
+not is caught by a test (`test_changes_recorded`, kept open over `test_follow`'s random writes), not
+by the resync.
 """
 
 from __future__ import annotations
@@ -84,16 +85,20 @@ def track(
 
 
 def _collect(session: Session, _context: Any) -> None:
-    pending: set[Change] = session.info.setdefault(_PENDING, set())
+    """What a flush wrote, said for it: its jobs through `jobs_changed`, like every other write."""
+    jobs: set[int] = set()
+    others: set[Change] = set()
     for obj in chain(session.new, session.dirty, session.deleted):
         if isinstance(obj, JobRow):
-            pending.add((JOB, obj.id))
+            jobs.add(obj.id)
         elif isinstance(obj, InstanceRow | ReservationRow):
-            pending.add((JOB, obj.job_id))
+            jobs.add(obj.job_id)
         elif isinstance(obj, GroupRow | UserRow):
-            pending.add((QUOTA, None))
+            others.add((QUOTA, None))
         elif isinstance(obj, NodeRow):
-            pending.add((NODES, None))
+            others.add((NODES, None))
+    jobs_changed(session, jobs)
+    session.info.setdefault(_PENDING, set()).update(others)
 
 
 def _forget(session: Session, _previous: Any) -> None:
