@@ -12,6 +12,7 @@ What differs from a production pod, and why:
 - The claims: hostPath volumes of the same directories the services use (the DAGs, the log folder).
 - The network: the node's (`hostNetwork`): the api-server and `hai serve` listen on this machine's
   loopback, which the pod network's bridge cannot reach.
+The scheduler acts with the rights of deploy/airflow/rbac.yaml only.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from tests.airflow.helpers import REPO, STANDALONE_FORM
 from tests.airflow.services import AirflowServices, poll
 from tests.support import postgres
 from tests.support.docker_engine import Engine
-from tests.support.kube_apiserver import ADMIN_TOKEN
+from tests.support.kube_apiserver import AIRFLOW_TOKEN, AIRFLOW_USER
 from tests.support.kube_node import Cluster
 from tests.support.live_server import LiveServer
 from tests.support.python_base_image import python_base_image
 
 DAG_ID = "hai_submit_training"
 TEMPLATE = REPO / "deploy" / "airflow" / "pod_template.yaml"
+RBAC = REPO / "deploy" / "airflow" / "rbac.yaml"
 WORKER_SETTINGS = (
     "AIRFLOW__CORE__DAGS_FOLDER",
     "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST",
@@ -98,6 +100,24 @@ def task_pod_template(image: str, logs: Path) -> dict[str, Any]:
     return pod
 
 
+def grant_the_shipped_rules(cluster: Cluster, namespace: str) -> None:
+    """deploy/airflow/rbac.yaml in `namespace`, bound to the scheduler's user of the test API server
+    (a token user here, the service account `airflow-scheduler` in a cluster): the executor gets
+    nothing more."""
+    from kubernetes import client
+
+    role, binding = yaml.safe_load_all(RBAC.read_text())
+    role["metadata"]["namespace"] = binding["metadata"]["namespace"] = namespace
+    binding["subjects"] = [{"kind": "User", "name": AIRFLOW_USER, "apiGroup": "rbac.authorization.k8s.io"}]
+    rbac = client.RbacAuthorizationV1Api(cluster.admin())
+    rbac.create_namespaced_role(namespace, role)
+    rbac.create_namespaced_role_binding(namespace, binding)
+    scheduler = client.CoreV1Api(cluster.api.api_client(AIRFLOW_TOKEN))
+    with pytest.raises(client.ApiException) as refused:  # nothing outside the namespace
+        scheduler.list_namespaced_pod("default")
+    assert refused.value.status == 403
+
+
 @pytest.fixture
 def airflow_on_kubernetes(
     hai_server: LiveServer, kube_node: Cluster, docker_engine: Engine, tmp_path: Path
@@ -115,7 +135,8 @@ def airflow_on_kubernetes(
     logs = services.home / "logs"
     logs.mkdir(parents=True)
     template = services.home / "pod_template.yaml"
-    kubeconfig = kube_node.api.kubeconfig(ADMIN_TOKEN, tmp_path / "airflow.kubeconfig")
+    grant_the_shipped_rules(kube_node, namespace)
+    kubeconfig = kube_node.api.kubeconfig(AIRFLOW_TOKEN, tmp_path / "airflow.kubeconfig")
     template.write_text(yaml.safe_dump(task_pod_template(python_base_image(docker_engine.client), logs)))
     with postgres.temporary_database("airflow_ke") as database:
         services.env.update(

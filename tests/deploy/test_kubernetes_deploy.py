@@ -165,9 +165,10 @@ def test_every_overlay_renders_objects_that_pass_strict_schema_validation(
 
 @no_validator
 @pytest.mark.parametrize("version", SCHEMA_VERSIONS)
-def test_the_airflow_task_pod_template_passes_strict_schema_validation(version: str) -> None:
-    """The KubernetesExecutor's task pod template (tests/airflow/test_kubernetes_executor.py)."""
-    strictly_valid([str(REPO / "deploy" / "airflow" / "pod_template.yaml")], version, 1)
+def test_the_airflow_executor_files_pass_strict_schema_validation(version: str) -> None:
+    """The KubernetesExecutor's task pod template and rules (tests/airflow/test_kubernetes_executor.py)."""
+    files = [str(REPO / "deploy" / "airflow" / name) for name in ("pod_template.yaml", "rbac.yaml")]
+    strictly_valid(files, version, 3)
 
 
 def test_no_secret_is_shipped() -> None:

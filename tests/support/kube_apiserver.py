@@ -21,6 +21,9 @@ ADMIN_TOKEN = "hai-test-admin-token"
 SERVER_TOKEN = "hai-test-server-token"
 SERVER_USER = "hai-server"
 """The user the backend tests act as: it holds only the RBAC rules the README documents."""
+AIRFLOW_TOKEN = "hai-test-airflow-token"
+AIRFLOW_USER = "airflow-scheduler"
+"""The user Airflow's KubernetesExecutor acts as: it holds only deploy/airflow/rbac.yaml's rules."""
 
 
 @dataclass(frozen=True)
@@ -121,12 +124,18 @@ def start(
         subprocess.Popen(
             [
                 etcd,
-                "--data-dir", str(work / "etcd"),
-                "--listen-client-urls", f"http://127.0.0.1:{client_port}",
-                "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
-                "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-                "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
+                "--data-dir",
+                str(work / "etcd"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"default=http://127.0.0.1:{peer_port}",
                 "--unsafe-no-fsync",
             ],
             stdout=open(etcd_log, "wb"),  # noqa: SIM115 - the child keeps the file
@@ -137,11 +146,10 @@ def start(
         _wait("etcd", lambda: _port_open(client_port), procs[0], etcd_log, 30)
         (work / "tokens.csv").write_text(
             f'{ADMIN_TOKEN},admin,admin,"system:masters"\n{SERVER_TOKEN},{SERVER_USER},{SERVER_USER}\n'
+            f"{AIRFLOW_TOKEN},{AIRFLOW_USER},{AIRFLOW_USER}\n"
         )
         sa_key = work / "sa.key"
-        subprocess.run(
-            ["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True
-        )
+        subprocess.run(["openssl", "genrsa", "-out", str(sa_key), "2048"], check=True, capture_output=True)
         api_log = work / "kube-apiserver.log"
         procs.append(
             subprocess.Popen(
