@@ -738,17 +738,15 @@ class KubernetesBackend(ServedLogs):
                     self._ended_logs[inst.instance_id] = inst.log_path
                 else:
                     inst.last.update(states)
-                    # A gang of pods is formed once each of its pods runs, not only those still here.
-                    whole = inst.kind != "pods" or len(states) == len(inst.pods)
-                    inst.formed = whole and all(s.running for s in states.values()) and bool(states)
+                    inst.formed = all(s.running for s in states.values()) and bool(states)
                     self._instances[inst.instance_id] = inst
             if not alive:
                 if inst.service:
                     self._delete("service", inst.service, 0)
                 lost.append(Exit(inst.instance_id, None, "its pods are gone after a restart", lost=True))
             elif missing := [n for n in inst.pods if n not in states]:
-                # Its pods are made one after another (`gang_address = "pod_ip"`: the others once worker
-                # 0 has an IP): a restart in between leaves a gang that cannot form, so it goes back now.
+                # A gang of pods missing one cannot go on, formed or not. With `gang_address = "pod_ip"`
+                # the others are made once worker 0 has an IP: a restart in between leaves such a gang.
                 why = f"pod {missing[0]} is missing after a restart (never made, or deleted meanwhile)"
                 lost.append(self._finish(inst, (None, why), lost=True))
         with self._lock:
