@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install provision test lint demo bench chaos up docs docs-serve clean
+.PHONY: install provision test test-fast lint demo bench chaos up docs docs-serve clean
 
 install: $(STAMP)
 
@@ -18,8 +18,21 @@ $(STAMP): pyproject.toml
 provision:
 	@bash .ci/provision $(PY)
 
+# The suite runs in WORKERS processes: most tests wait (servers starting, jobs ending), so more workers than
+# cores pay. Tests that share the Docker engine and the cluster, or a module's server, stay in one worker
+# (tests/conftest.py marks their xdist groups).
+WORKERS ?= 4
+XDIST := -n $(WORKERS) --dist loadgroup
+
 test: install provision
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
+
+# The inner loop, before every commit: every test that needs no slow service (no Airflow services,
+# Docker engine, cluster, browser or fault injection). `make test` stays the whole suite, as CI runs it.
+FAST := not (slow or docker or kube or browser or faults)
+
+test-fast: install
+	$(PY) -m pytest $(XDIST) -m "$(FAST)"
 
 lint: install
 	$(VENV)/bin/ruff check hai_airflow tests benchmarks

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import postgres
+from tests.support import durations, postgres
 from tests.support.docker_engine import busybox_image, docker_engine, own_engine, torch_image
 from tests.support.kube_apiserver import kube_apiserver
 from tests.support.kube_node import kube_node
@@ -36,3 +36,50 @@ def pg_database() -> Iterator[str]:
         pytest.skip(reason)
     with postgres.temporary_database("hai_test") as url:
         yield url
+
+
+# Tests that start or use the one Docker engine and Kubernetes cluster of the session: under
+# pytest-xdist they all run in one worker, one after another (`make test` runs --dist loadgroup).
+ENGINE_FIXTURES = frozenset({"docker_engine", "kube_apiserver", "kube_node", "own_engine"})
+ENGINE_MARKERS = ("docker", "kube")
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The group whose tests must run in one worker: "engine" for the engine and cluster tiers,
+    a module (or package) for tests that share a module-, class- or package-scoped fixture."""
+    if ENGINE_FIXTURES.intersection(item.fixturenames) or any(
+        item.get_closest_marker(name) for name in ENGINE_MARKERS
+    ):
+        return "engine"
+    shared = {
+        definitions[-1].scope
+        for definitions in item._fixtureinfo.name2fixturedefs.values()  # type: ignore[attr-defined]
+        if definitions
+    }
+    if "package" in shared:
+        return str(Path(item.nodeid.split("::", 1)[0]).parent)
+    if shared & {"module", "class"}:
+        return item.nodeid.split("::", 1)[0]
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test's xdist group (read by --dist loadgroup), and put the engine group first: it is
+    the longest chain, so it starts at once while the other workers share the rest."""
+    groups = {}
+    for item in items:
+        group = groups[item.nodeid] = xdist_group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: groups[item.nodeid] != "engine")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    recorder = durations.plugin(config)
+    if recorder is not None:
+        config.pluginmanager.register(recorder, "hai-durations")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    postgres.stop()  # the worker's own PostgreSQL server, where one was started

@@ -1,23 +1,69 @@
-"""A throwaway PostgreSQL database on the machine's server (127.0.0.1:5432, trust auth)."""
+"""A throwaway PostgreSQL database: on the machine's server (127.0.0.1:5432, trust auth) in a run of one
+process; on a server of the worker's own under pytest-xdist.
+
+Why a server a worker: the change feed holds back a change while an older transaction of the server
+runs, and a snapshot's horizon spans every database of the server, so another worker's transactions
+would hold this worker's feed back and its tests would see changes late.
+"""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
-PG_HOST = os.environ.get("HAI_TEST_PG_HOST", "127.0.0.1")
-PG_PORT = int(os.environ.get("HAI_TEST_PG_PORT", "5432"))
-PG_USER = os.environ.get("HAI_TEST_PG_USER", "postgres")
-PG_ADMIN_DB = os.environ.get("HAI_TEST_PG_DB", "test")
+from tests.support import own_postgres
+
+
+@dataclass
+class Server:
+    host: str
+    port: int
+    user: str
+    admin_db: str
+    own: own_postgres.OwnPostgres | None = None
+
+
+MACHINE = Server(
+    os.environ.get("HAI_TEST_PG_HOST", "127.0.0.1"),
+    int(os.environ.get("HAI_TEST_PG_PORT", "5432")),
+    os.environ.get("HAI_TEST_PG_USER", "postgres"),
+    os.environ.get("HAI_TEST_PG_DB", "test"),
+)
+_server: Server | None = None
+
+
+def server() -> Server:
+    """The server this process's databases are made on: under xdist the worker's own, started on first
+    use (the machine's where no PostgreSQL binaries are installed)."""
+    global _server
+    if _server is None:
+        _server = MACHINE
+        if os.environ.get("PYTEST_XDIST_WORKER") and own_postgres.unavailable_reason() is None:
+            own = own_postgres.OwnPostgres(Path(tempfile.mkdtemp(prefix="hai-worker-pg-", dir="/tmp")))
+            own.start()
+            _server = Server("127.0.0.1", own.port, "postgres", "postgres", own)
+    return _server
+
+
+def stop() -> None:
+    """Stop and remove the worker's own server, if one was started."""
+    global _server
+    if _server is not None and _server.own is not None:
+        _server.own.close()
+    _server = None
 
 
 def _connect(dbname: str):  # type: ignore[no-untyped-def]
     import psycopg
 
+    at = server()
     return psycopg.connect(
-        host=PG_HOST, port=PG_PORT, user=PG_USER, dbname=dbname, autocommit=True, connect_timeout=3
+        host=at.host, port=at.port, user=at.user, dbname=dbname, autocommit=True, connect_timeout=3
     )
 
 
@@ -28,27 +74,29 @@ def unavailable_reason() -> str | None:
     except ImportError as e:
         return f"psycopg is not installed ({e})"
     try:
-        with _connect(PG_ADMIN_DB) as conn:
+        with _connect(server().admin_db) as conn:
             conn.execute("SELECT 1")
     except Exception as e:
-        return f"PostgreSQL at {PG_HOST}:{PG_PORT} (user {PG_USER}, db {PG_ADMIN_DB}) is unreachable: {e}"
+        at = server()
+        return f"PostgreSQL at {at.host}:{at.port} (user {at.user}, db {at.admin_db}) is unreachable: {e}"
     return None
 
 
 def url_of(dbname: str) -> str:
-    return f"postgresql+psycopg://{PG_USER}@{PG_HOST}:{PG_PORT}/{dbname}"
+    at = server()
+    return f"postgresql+psycopg://{at.user}@{at.host}:{at.port}/{dbname}"
 
 
 @contextmanager
 def temporary_database(prefix: str = "hai_test") -> Iterator[str]:
     """Create a uniquely named database, yield its SQLAlchemy URL, drop it afterwards."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    with _connect(PG_ADMIN_DB) as conn:
+    with _connect(server().admin_db) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield url_of(name)
     finally:
-        with _connect(PG_ADMIN_DB) as conn:
+        with _connect(server().admin_db) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
