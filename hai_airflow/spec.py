@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -26,10 +25,9 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from hai_airflow import labels as label_rules
+from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, PROCESSES_HELP, JobState, MaxScheduleHours, Processes
+from hai_airflow.vocabulary import TERMINAL_STATES as TERMINAL_STATES
 
-MaxScheduleHours = Literal[0, 4, 6, 8, 24, 48]
-MAX_SCHEDULE_CHOICES: tuple[int, ...] = get_args(MaxScheduleHours)
-"""Allowed `--max-schedule` values (hours of expected queueing); 0 = low priority."""
 HighMaxScheduleHours = Literal[4, 6, 8, 24, 48]
 """The `max_schedule` values of high priority, what a promotion asks for."""
 
@@ -37,24 +35,6 @@ Mode = Literal["cpu", "standalone", "distributed"]
 CodeSource = Literal["nas", "git"]
 Role = Literal["user", "group_admin", "platform_admin"]
 
-
-class JobState(StrEnum):
-    """Where a job stands; `MOVES` lists every legal change. A job is stored PENDING."""
-
-    PENDING = "PENDING"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    SUSPENDING = "SUSPENDING"
-    SUSPENDED = "SUSPENDED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-
-
-TERMINAL_STATES: frozenset[JobState] = frozenset(
-    {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
-)
 MOVES: dict[tuple[JobState, JobState], str] = {
     (JobState.PENDING, JobState.STARTING): "the scheduler admits it; a new instance is claimed",
     (JobState.SUSPENDED, JobState.STARTING): "the scheduler admits it again; a new instance resumes it",
@@ -376,14 +356,6 @@ two values, which it cannot state)."""
 def _distributed_schema_rules(schema: dict[str, Any]) -> None:
     _spec_schema_rules(schema)
     schema["allOf"] = [*schema.get("allOf", []), _RESIZABLE_IS_ELASTIC]
-
-
-Processes = Literal["per-gpu", "per-worker"]
-PROCESSES_HELP = (
-    "How many processes run the command: per-gpu starts one per GPU of each worker, with the Horovod "
-    "and torch.distributed rank variables of each (no launcher needed); per-worker starts one per "
-    "worker, for commands that bring their own launcher (torchrun, horovodrun, mpirun)."
-)
 
 
 class _JobSpecBase(_Strict):
