@@ -12,15 +12,16 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from hai_airflow import endpoints
 from hai_airflow.backoff import Backoff
 from hai_airflow.endpoints import BYTES, JSON, NDJSON, TEXT, Call
 from hai_airflow.http11 import Http, Reply, Stream, TransportError, proxy_for, server_url
 from hai_airflow.spec import ON_BEHALF_OF
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 RETRY_FOR_SECONDS = 120.0
@@ -163,7 +164,7 @@ def usable(connection: Connection) -> Connection:
 
 
 def _media_type(resp: httpx.Response | Reply | Stream) -> str:
-    raw = resp.headers.get("content-type", "") if isinstance(resp, httpx.Response) else resp.content_type
+    raw = resp.content_type if isinstance(resp, Reply | Stream) else resp.headers.get("content-type", "")
     return raw.partition(";")[0].strip().lower()
 
 
@@ -390,6 +391,9 @@ class AsyncHaiClient:
         self.connection = usable(resolve_connection(server, token, region))
         self.on_behalf_of = on_behalf_of
         headers = request_headers(self.connection.token, on_behalf_of)
+        # httpx only here: the blocking client (the CLI's) runs on http11 and never imports it.
+        import httpx
+
         self._http = httpx.AsyncClient(
             base_url=self.connection.server, headers=headers, timeout=timeout, transport=transport
         )
@@ -404,6 +408,8 @@ class AsyncHaiClient:
         await self.aclose()
 
     async def _request(self, method: str, path: str, expect: str = JSON, **kw: Any) -> httpx.Response:
+        import httpx
+
         try:
             resp = await self._http.request(method, path, **kw)
         except httpx.TransportError as e:
@@ -435,6 +441,8 @@ class AsyncHaiClient:
     nodes = _awaited(endpoints.nodes)
 
     async def follow_log(self, instance_id: int, tail: int = 0) -> AsyncIterator[str]:
+        import httpx
+
         params = {"tail": tail, "follow": True}
         url = endpoints.log_path(instance_id)
         try:
