@@ -1,4 +1,7 @@
-"""Where a command connects (`--server`, `--token`, `--region`); client failures as exit codes."""
+"""Where a command connects (`--server`, `--token`, `--region`); client failures as exit codes.
+
+Every command's flags import this module, so the client (and pydantic behind it) loads only when a
+command first connects."""
 
 from __future__ import annotations
 
@@ -8,13 +11,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import pydantic
 import typer
 
 from hai_airflow.cli.output import fail, note
-from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError, HaiUnreachable
+
+if TYPE_CHECKING:
+    from hai_airflow.client import AsyncHaiClient, HaiClient, HaiError
 
 PRECEDENCE = (
     "Each of --server, --token and --region is taken from the flag, else its variable (HAI_SERVER, "
@@ -72,6 +76,8 @@ ROOT_FLAGS: ContextVar[ServerFlags] = ContextVar("hai_root_flags", default=Serve
 
 def client_for(flags: ServerFlags, timeout: float = 30.0) -> HaiClient:
     """A client from the command's flags over the root's, then the environment and $HAI_HOME."""
+    from hai_airflow.client import HaiClient
+
     merged = flags.over(ROOT_FLAGS.get())
     return HaiClient(
         server=merged.server, token=merged.token, region=merged.region, timeout=timeout, on_wait=_waiting
@@ -90,6 +96,8 @@ Status 2 is what the client uses for a bad local setting such as an unknown HAI_
 
 def exit_code_for(error: HaiError) -> int:
     """2 when the input was wrong, 1 when the operation was refused or failed, or no hai server answered."""
+    from hai_airflow.client import HaiUnreachable
+
     if isinstance(error, HaiUnreachable):
         # The status of another server's answer says nothing about this command's input.
         return 1
@@ -99,12 +107,16 @@ def exit_code_for(error: HaiError) -> int:
 @contextmanager
 def failures_as_exit() -> Iterator[None]:
     """Client failures inside the block leave as one `Error:` line and an exit code."""
+    from pydantic import ValidationError
+
+    from hai_airflow.client import HaiError
+
     try:
         yield
     except HaiError as error:
         where = f" (field {error.field})" if error.field and error.field not in error.message else ""
         fail(error.message + where, exit_code_for(error))
-    except pydantic.ValidationError as error:
+    except ValidationError as error:
         fail(
             f"the server's answer did not match what this hai understands ({error.error_count()} "
             "mismatched fields). Install the hai version that matches the server",
@@ -121,6 +133,8 @@ def connect(flags: ServerFlags) -> Iterator[HaiClient]:
 
 def async_client_for(flags: ServerFlags, timeout: float = 30.0) -> AsyncHaiClient:
     """The asyncio twin of `client_for`, for waiting on several long-polls at once."""
+    from hai_airflow.client import AsyncHaiClient
+
     merged = flags.over(ROOT_FLAGS.get())
     return AsyncHaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)
 
@@ -141,6 +155,8 @@ def reconnect(
     """Ask again, pausing longer each time, until the server that went away answers (what `ask()`
     returns), for at most `within` seconds; then its `HaiUnreachable`. `status`, a rich Status on a
     terminal, says what it waits for."""
+    from hai_airflow.client import HaiUnreachable
+
     deadline = time.monotonic() + within
     attempt = 0
     while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,8 +15,11 @@ from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
 from hai_airflow.cli.jobspec import MaxScheduleOption
 from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
-from hai_airflow.client import HaiClient
-from hai_airflow.spec import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobState, JobView, is_high
+from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobState
+
+if TYPE_CHECKING:
+    from hai_airflow.client import HaiClient
+    from hai_airflow.spec import JobView
 
 SUSPENDED = frozenset({JobState.SUSPENDED})
 HIGH_CHOICES = "|".join(str(c) for c in MAX_SCHEDULE_CHOICES if c > 0)
@@ -31,6 +34,8 @@ def promote(
     out: OutputFlags = OutputFlags(),
 ) -> None:
     """Make low-priority tasks high priority, within your quota (e.g. after a high one finished)."""
+    from hai_airflow.spec import is_high
+
     chosen = task_ids(ids, task_id, "promote")
     if max_schedule not in MAX_SCHEDULE_CHOICES or not is_high(max_schedule):
         usage_error(
@@ -74,7 +79,7 @@ def cancel(
             return f"cancelling array {job.id}: every task of it not ended yet"
         return outcome_line("cancelled", "cancelling", job, TERMINAL_STATES)
 
-    act_on_each(connection, chosen, HaiClient.cancel, line, out)
+    act_on_each(connection, chosen, lambda c, i: c.cancel(i), line, out)
 
 
 @with_flags()
@@ -90,7 +95,7 @@ def suspend(
     def line(job: JobView) -> str:
         return outcome_line("suspended", "suspending", job, SUSPENDED)
 
-    act_on_each(connection, chosen, HaiClient.suspend, line, out)
+    act_on_each(connection, chosen, lambda c, i: c.suspend(i), line, out)
 
 
 @with_flags()
@@ -103,7 +108,11 @@ def resume(
     """Queue suspended tasks to run again (admins); each starts when resources are free."""
     chosen = task_ids(ids, task_id, "resume")
     act_on_each(
-        connection, chosen, HaiClient.resume, lambda job: f"resumed task {job.id} (now {job.state})", out
+        connection,
+        chosen,
+        lambda c, i: c.resume(i),
+        lambda job: f"resumed task {job.id} (now {job.state})",
+        out,
     )
 
 
@@ -138,7 +147,9 @@ def hold(
 ) -> None:
     """Keep waiting tasks (pending, or suspended and waiting to resume) from starting until `hai release`."""
     chosen = task_ids(ids, task_id, "hold")
-    act_on_each(connection, chosen, HaiClient.hold, lambda job: f"held task {job.id} (now {job.state})", out)
+    act_on_each(
+        connection, chosen, lambda c, i: c.hold(i), lambda job: f"held task {job.id} (now {job.state})", out
+    )
 
 
 @with_flags()
@@ -151,7 +162,11 @@ def release(
     """Let held tasks be scheduled again: your own holds (group admins release any hold)."""
     chosen = task_ids(ids, task_id, "release")
     act_on_each(
-        connection, chosen, HaiClient.release, lambda job: f"released task {job.id} (now {job.state})", out
+        connection,
+        chosen,
+        lambda c, i: c.release(i),
+        lambda job: f"released task {job.id} (now {job.state})",
+        out,
     )
 
 

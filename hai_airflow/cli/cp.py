@@ -9,15 +9,17 @@ import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.output import Column, OutputFlags, emit, note, say, usage_error, when
-from hai_airflow.client import HaiClient
-from hai_airflow.spec import FileEntryView
+
+if TYPE_CHECKING:
+    from hai_airflow.client import HaiClient
+    from hai_airflow.spec import FileEntryView
 
 MAX_DEPTH = 32
 """How deep a directory copy goes; a deeper tree is not a model dir."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Annotated, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
 
 import typer
 
@@ -29,7 +29,9 @@ from hai_airflow.cli.jobspec import (
 from hai_airflow.cli.output import OutputFlags, emit, note, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
 from hai_airflow.cli.wait import wait_and_report
-from hai_airflow.spec import JobSpec
+
+if TYPE_CHECKING:
+    from hai_airflow.spec import JobSpec
 
 CREATE_FLAGS = {"grace_seconds": "--grace", "time_limit_seconds": "--time-limit"}
 

@@ -11,8 +11,7 @@ import typer
 from hai_airflow.cli.connection import ServerFlags, client_for, exit_code_for
 from hai_airflow.cli.flags import choice, completes
 from hai_airflow.cli.output import error_line, usage_error
-from hai_airflow.client import HaiError
-from hai_airflow.spec import TERMINAL_STATES, JobState
+from hai_airflow.vocabulary import TERMINAL_STATES, JobState
 
 COMPLETION_SECONDS = 2.0
 """The most a completion may spend asking the server; a slow or absent server completes nothing."""
@@ -161,6 +160,8 @@ def each(ids: Iterable[int], act: Callable[[int], T]) -> tuple[list[T], int]:
     Returns the results of the ids that worked and the exit code: 0 if all did, else the worst
     refusal's (2 bad input, 1 refused or failed).
     """
+    from hai_airflow.client import HaiError
+
     results: list[T] = []
     code = 0
     for job_id in ids:

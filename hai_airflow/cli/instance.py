@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -10,7 +11,9 @@ from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
 from hai_airflow.cli.output import Column, OutputFlags, emit, placement, when
-from hai_airflow.spec import InstanceView
+
+if TYPE_CHECKING:
+    from hai_airflow.spec import InstanceView
 
 
 def end_reason(instance: InstanceView) -> str:

@@ -1,41 +1,50 @@
-"""Job flags `hai create` and the `hai submit` commands share, declared once; their conversion to a spec."""
+"""Job flags `hai create` and the `hai submit` commands share, declared once; their conversion to a spec.
+
+The flags are built from `vocabulary` alone; the spec's models and the job-file reader load when a job
+is first converted."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
-from pydantic import BaseModel, ValidationError
-from pydantic_core import ErrorDetails
 
 from hai_airflow import arrays, durations
 from hai_airflow import labels as label_rules
 from hai_airflow.cli.flags import choice, completes
 from hai_airflow.cli.output import error_line, note, usage_error
-from hai_airflow.jobfile import Document, YamlProblem, read_yaml
-from hai_airflow.spec import (
-    MAX_SCHEDULE_CHOICES,
-    PROCESSES_HELP,
-    CpuJobSpec,
-    DistributedJobSpec,
-    JobSpec,
-    Mode,
-    Processes,
-    StandaloneJobSpec,
-)
+from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, PROCESSES_HELP, Processes
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+    from pydantic_core import ErrorDetails
+
+    from hai_airflow.jobfile import Document
+    from hai_airflow.spec import JobSpec, Mode
 
 MAX_SCHEDULE_METAVAR = "[" + "|".join(str(c) for c in MAX_SCHEDULE_CHOICES) + "]"
 
-SPEC_MODELS: dict[str, type[BaseModel]] = {
-    "cpu": CpuJobSpec,
-    "standalone": StandaloneJobSpec,
-    "distributed": DistributedJobSpec,
-}
+
+@functools.cache
+def spec_models() -> dict[str, type[BaseModel]]:
+    """The spec's model of each mode, imported when a command first checks a job."""
+    from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
+
+    return {"cpu": CpuJobSpec, "standalone": StandaloneJobSpec, "distributed": DistributedJobSpec}
+
+
+def __getattr__(name: str) -> Any:
+    # `SPEC_MODELS` reads as a constant, yet the models load only when first read.
+    if name == "SPEC_MODELS":
+        return spec_models()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FLAG_SPELLINGS = {"name": "task-name", "code-dir": "code-path"}
 """The platform document spells these flags twice: `hai create --task-name --code-path --image` and
@@ -296,10 +305,12 @@ def build_spec(mode: Mode, fields: Mapping[str, Any], flags: Mapping[str, str], 
     :param flags: spec field -> flag name where it is not `--field-name` (e.g. `task_name` -> `--name`).
     :param command: the command, for the help hint (`create`, `submit standalone`).
     """
+    from pydantic import ValidationError
+
     data = {key: value for key, value in fields.items() if value is not None}
     data = absolute_code_path(data)
     try:
-        spec: JobSpec = SPEC_MODELS[mode].model_validate({**data, "mode": mode})  # type: ignore[assignment]
+        spec: JobSpec = spec_models()[mode].model_validate({**data, "mode": mode})  # type: ignore[assignment]
     except ValidationError as error:
         problem = describe_error(error.errors()[0], flags, mode)
         usage_error(f"{problem}. See `hai {command} --help`")
@@ -326,6 +337,11 @@ def spec_from_file(text: str, source: str) -> JobSpec:
     :param text: the file: YAML, or JSON, which YAML reads too.
     :param source: its name in messages (the path, or `<stdin>`).
     """
+    from pydantic import ValidationError
+
+    from hai_airflow.jobfile import YamlProblem, read_yaml
+
+    models = spec_models()
     try:
         document = read_yaml(text)
     except YamlProblem as unreadable:
@@ -338,12 +354,12 @@ def spec_from_file(text: str, source: str) -> JobSpec:
             "mode: standalone, ...). `hai task N -o yaml` prints one to start from"
         )
     mode = data.get("mode")
-    if not (isinstance(mode, str) and mode in SPEC_MODELS):
+    if not (isinstance(mode, str) and mode in models):
         given = "is required" if mode is None else f"is {mode!r}"
         where = document.line_of(("mode",))
-        usage_error(_at(source, where, f"mode {given}; it must be one of {', '.join(SPEC_MODELS)}"))
+        usage_error(_at(source, where, f"mode {given}; it must be one of {', '.join(models)}"))
     try:
-        spec: JobSpec = SPEC_MODELS[mode].model_validate(absolute_code_path(data))  # type: ignore[assignment]
+        spec: JobSpec = models[mode].model_validate(absolute_code_path(data))  # type: ignore[assignment]
     except ValidationError as error:
         *first, last = _file_problems(error, document, source, mode)
         for problem in first:
@@ -354,7 +370,7 @@ def spec_from_file(text: str, source: str) -> JobSpec:
 
 def _file_problems(error: ValidationError, document: Document, source: str, mode: str) -> list[str]:
     """Each problem in the file's words (its field names), in the order of the file's lines."""
-    names = {str(name): str(name) for name in (*SPEC_MODELS[mode].model_fields, *document.data)}
+    names = {str(name): str(name) for name in (*spec_models()[mode].model_fields, *document.data)}
     found = [(document.line_of(e["loc"]), describe_error(e, names, mode)) for e in error.errors()]
     found.sort(key=lambda problem: problem[0] or 0)
     return [_at(source, line, message) for line, message in found]
@@ -402,7 +418,7 @@ def describe_error(error: ErrorDetails, flags: Mapping[str, str], mode: str) -> 
 def _not_for_mode(field: str, flags: Mapping[str, str], mode: str) -> str:
     """A field the mode does not take; a distributed task's own fields say how to get one."""
     flag = flag_for(field, flags)
-    if field not in SPEC_MODELS["distributed"].model_fields:
+    if field not in spec_models()["distributed"].model_fields:
         return f"{flag} is not valid for a {mode} task"
     return (
         f"{flag} is not valid for a {mode} task: only a distributed task takes it. Leave out {flag}, "
@@ -412,7 +428,7 @@ def _not_for_mode(field: str, flags: Mapping[str, str], mode: str) -> str:
 
 def _name_flags(message: str, flags: Mapping[str, str], mode: str) -> str:
     # The spec's own messages name fields (`max_schedule must be...`, "`git_branch` is only valid...").
-    for field in SPEC_MODELS[mode].model_fields:
+    for field in spec_models()[mode].model_fields:
         flag = flag_for(field, flags)
         message = message.replace(f"`{field}`", flag)
         if "_" in field:

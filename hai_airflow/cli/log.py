@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import sys
 from contextlib import AbstractContextManager, nullcontext
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from hai_airflow.cli.connection import ServerFlags, connect, reconnect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArgument, complete_instance_ids, complete_task_ids
 from hai_airflow.cli.output import fail, note, standing, stdout_is_terminal, usage_error
-from hai_airflow.client import HaiClient, HaiConnectionLost, HaiUnreachable
-from hai_airflow.spec import TERMINAL_STATES
+from hai_airflow.vocabulary import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from hai_airflow.client import HaiClient
 
 RESUME_MARK = 4096
 """Characters of the output already printed that locate where to resume after a reconnect."""
@@ -132,6 +133,8 @@ def resume_offset(whole: str, printed: str) -> int:
 def _reconnect_status() -> AbstractContextManager[Any]:
     # A status line only for a person at a terminal; piped output gets nothing but the log itself.
     if stdout_is_terminal() and sys.stderr.isatty():
+        from rich.console import Console
+
         return Console(stderr=True).status("lost the server; reconnecting")
     return nullcontext(None)
 
@@ -140,6 +143,8 @@ def follow_with_reconnect(client: HaiClient, instance_id: int, tail: int) -> Non
     """Stream the log until the instance ends; if the server goes away once it has answered, reconnect
     and go on from where the output stopped, without repeating or losing lines. A server that never
     answered fails at once: waiting is for one that restarts, not one that was never there."""
+    from hai_airflow.client import HaiConnectionLost, HaiUnreachable
+
     printed = ""
     skip = 0
     answered = False

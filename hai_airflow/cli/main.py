@@ -1,34 +1,150 @@
-"""The `hai` command line: every subcommand registered on one typer app, and its one error handler."""
+"""The `hai` command line: every subcommand on one typer app, built when first used, and its one error
+handler."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import sys
-from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
-from typing import Annotated, Any
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from hai_airflow.cli import admin, airflow_cmd, control, nodes, quota, submit
 from hai_airflow.cli.connection import PRECEDENCE, ROOT_FLAGS, ServerFlags
-from hai_airflow.cli.cp import cp
-from hai_airflow.cli.create import create
-from hai_airflow.cli.exec_cmd import exec_
 from hai_airflow.cli.flags import with_flags
-from hai_airflow.cli.instance import instance
-from hai_airflow.cli.jobspec import JOB_COMMAND
-from hai_airflow.cli.log import log
 from hai_airflow.cli.output import error_line, help_without_subcommand
-from hai_airflow.cli.queue_cmd import queue
-from hai_airflow.cli.res import res
-from hai_airflow.cli.serve import serve
-from hai_airflow.cli.sim import sim
-from hai_airflow.cli.task import task
-from hai_airflow.cli.usage import usage
-from hai_airflow.cli.wait import wait
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context, HelpFormatter
+    from typer._click.shell_completion import CompletionItem
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A command of the root, named by where it is declared: `attr` of `hai_airflow.cli.<module>`, a
+    command function or a typer app of subcommands; `settings`, as `<module>.<attr>`, the command's
+    context settings. `summary`, the first paragraph of its help, lists it (`hai --help`, completing a
+    command name) without building it, for a command whose flags need heavy modules to build."""
+
+    module: str
+    attr: str
+    settings: str | None = None
+    summary: str | None = None
+
+
+COMMANDS: dict[str, Lazy] = {
+    "res": Lazy("res", "res"),
+    "create": Lazy("create", "create", settings="jobspec.JOB_COMMAND"),
+    "wait": Lazy("wait", "wait"),
+    "task": Lazy("task", "task"),
+    "instance": Lazy("instance", "instance"),
+    "log": Lazy("log", "log"),
+    "exec": Lazy("exec_cmd", "exec_"),
+    "cp": Lazy("cp", "cp"),
+    "promote": Lazy("control", "promote"),
+    "cancel": Lazy("control", "cancel"),
+    "suspend": Lazy("control", "suspend"),
+    "resume": Lazy("control", "resume"),
+    "requeue": Lazy("control", "requeue"),
+    "hold": Lazy("control", "hold"),
+    "release": Lazy("control", "release"),
+    "queue": Lazy("queue_cmd", "queue"),
+    "nodes": Lazy("nodes", "nodes"),
+    "usage": Lazy("usage", "usage"),
+    "serve": Lazy("serve", "serve"),
+    # Its flags name the planner's policies and the simulator's defaults.
+    "sim": Lazy(
+        "sim",
+        "sim",
+        summary="Replay a job trace through the scheduler on a virtual clock and report what happened.",
+    ),
+    "submit": Lazy("submit", "app"),
+    "quota": Lazy("quota", "app"),
+    "node": Lazy("nodes", "app"),
+    "admin": Lazy("admin", "app"),
+    "airflow": Lazy("airflow_cmd", "app"),
+}
+"""The root's commands in the order `hai --help` lists them (commands, then groups of commands). A
+command line builds (and imports the module of) only the command it runs, so `hai --version` and
+`hai task` load no other command's dependencies; `hai --help` and completing a command name build
+every one without a summary."""
+
+
+class LazyCommands(MutableMapping[str, "Command"]):
+    """The root's commands by name, each built when first looked up; while `listing()`, one not built
+    yet that has a summary is a stand-in holding only that, which is all a listing reads of it."""
+
+    def __init__(self, entries: Mapping[str, Lazy]) -> None:
+        self._entries = entries
+        self._names = list(entries)
+        self._built: dict[str, Command] = {}
+        self._listing = False
+
+    @contextmanager
+    def listing(self) -> Iterator[None]:
+        self._listing = True
+        try:
+            yield
+        finally:
+            self._listing = False
+
+    def __getitem__(self, name: str) -> Command:
+        if name in self._built:
+            return self._built[name]
+        if name not in self._names:
+            raise KeyError(name)
+        summary = self._entries[name].summary
+        if self._listing and summary is not None:
+            return TyperCommand(name, help=summary)
+        self._built[name] = build(name)
+        return self._built[name]
+
+    def __setitem__(self, name: str, command: Command) -> None:
+        if name not in self._names:
+            self._names.append(name)
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._names:
+            raise KeyError(name)
+        self._names.remove(name)
+        self._built.pop(name, None)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def build(name: str) -> Command:
+    """The click command of one of `COMMANDS`, registered as `app` registers a command of its own, so
+    it gets the root's settings (help rendering, suggestions)."""
+    entry = COMMANDS[name]
+    module = importlib.import_module(f"hai_airflow.cli.{entry.module}")
+    target = getattr(module, entry.attr)
+    holder = typer.Typer(
+        rich_markup_mode=app.rich_markup_mode,
+        pretty_exceptions_short=app.pretty_exceptions_short,
+        suggest_commands=app.suggest_commands,
+    )
+    if isinstance(target, typer.Typer):
+        holder.add_typer(target, name=name)
+    else:
+        settings = None
+        if entry.settings:
+            where, _, attr = entry.settings.rpartition(".")
+            settings = getattr(importlib.import_module(f"hai_airflow.cli.{where}"), attr)
+        holder.command(name=name, context_settings=settings)(target)
+    return typer.main.get_group(holder).commands[name]
 
 
 def usage_line(error: typer.TyperException, fallback: str) -> str:
@@ -63,7 +179,26 @@ def command_named(group: Any, words: Sequence[str]) -> str:
 
 class HaiGroup(TyperGroup):
     """The root command: typer's usage errors and unexpected failures end as one `Error:` line with
-    exit code 2 (bad usage) or 1 (failed), never a usage block or a traceback."""
+    exit code 2 (bad usage) or 1 (failed), never a usage block or a traceback. Its commands are
+    `COMMANDS`, each built when first needed."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lazy = LazyCommands(COMMANDS)
+        self.lazy.update(self.commands)
+        self.commands = self.lazy
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        # By name alone: typer's own builds every command to list them.
+        return list(self.commands)
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        with self.lazy.listing():
+            super().format_commands(ctx, formatter)
+
+    def shell_complete(self, ctx: Context, incomplete: str) -> list[CompletionItem]:
+        with self.lazy.listing():
+            return super().shell_complete(ctx, incomplete)
 
     def main(
         self,
@@ -127,6 +262,8 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
+        from importlib.metadata import PackageNotFoundError, version
+
         try:
             typer.echo(f"hai {version('hai-airflow')}")
         except PackageNotFoundError:
@@ -151,28 +288,5 @@ def root(
     help_without_subcommand(ctx)
 
 
-app.command()(res)
-app.command(context_settings=JOB_COMMAND)(create)
-app.add_typer(submit.app, name="submit")
-app.command()(wait)
-app.command()(task)
-app.command()(instance)
-app.command()(log)
-app.command(name="exec")(exec_)
-app.command()(cp)
-app.command()(control.promote)
-app.command()(control.cancel)
-app.command()(control.suspend)
-app.command()(control.resume)
-app.command()(control.requeue)
-app.command()(control.hold)
-app.command()(control.release)
-app.command()(queue)
-app.add_typer(quota.app, name="quota")
-app.command()(nodes.nodes)
-app.add_typer(nodes.app, name="node")
-app.command()(usage)
-app.command()(serve)
-app.command()(sim)
-app.add_typer(admin.app, name="admin")
-app.add_typer(airflow_cmd.app, name="airflow")
+if __name__ == "__main__":
+    app(prog_name="hai")

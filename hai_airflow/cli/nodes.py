@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.output import Column, OutputFlags, emit, help_without_subcommand, say, when
-from hai_airflow.spec import NodeTaskView, NodeView
+
+if TYPE_CHECKING:
+    from hai_airflow.spec import NodeView
 
 STATE_STYLES = {"ready": "green", "draining": "yellow", "drained": "magenta"}
 """Colours of node states in tables on a terminal."""
@@ -27,6 +29,8 @@ def free(node: NodeView) -> int:
 
 def task_ids(node: NodeView) -> str | None:
     """`12 (alice), 15 (another user's job)`: the tasks on the node, others' unnamed (as `hai queue`)."""
+    from hai_airflow.spec import NodeTaskView
+
     shown = (f"{t.id} ({t.user if isinstance(t, NodeTaskView) else t.owner})" for t in node.tasks)
     return ", ".join(shown) or None
 

@@ -1,4 +1,7 @@
-"""Everything the CLI prints: the one listing function (table, wide, JSON, YAML, names), messages, errors."""
+"""Everything the CLI prints: the one listing function (table, wide, JSON, YAML, names), messages, errors.
+
+Imported to build every command's flags, so pydantic, rich and the YAML writer load only once something
+is printed with them."""
 
 from __future__ import annotations
 
@@ -9,19 +12,19 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
-from pydantic import BaseModel
-from rich import box
-from rich.cells import cell_len
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from hai_airflow.cli.flags import choice, completes
-from hai_airflow.jobfile import to_yaml
-from hai_airflow.spec import JobState, JobView, WorkerPlacementView
+from hai_airflow.vocabulary import JobState
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+    from rich.console import Console
+    from rich.table import Table
+
+    from hai_airflow.spec import JobView, WorkerPlacementView
 
 NONE = "-"
 
@@ -117,6 +120,8 @@ def emit(
     name: Callable[[Any], object] = lambda row: row.id,
 ) -> None:
     """Print a listing (or one record) in the format asked for; JSON/YAML keys are API field names."""
+    from pydantic import BaseModel
+
     fmt = out.format
     if fmt in ("json", "yaml"):
         payload: Any = (
@@ -124,7 +129,12 @@ def emit(
             if isinstance(data, BaseModel)
             else [row.model_dump(mode="json") for row in data]
         )
-        typer.echo(json.dumps(payload, ensure_ascii=False, indent=2) if fmt == "json" else to_yaml(payload))
+        if fmt == "json":
+            typer.echo(json.dumps(payload, ensure_ascii=False, indent=2))
+        else:
+            from hai_airflow.jobfile import to_yaml
+
+            typer.echo(to_yaml(payload))
         return
     if fmt == "name":
         for row in [data] if isinstance(data, BaseModel) else data:
@@ -265,6 +275,8 @@ def print_grids(grids: Sequence[Grid]) -> None:
 
 def terminal_console() -> Console:
     """A rich console on the terminal; colourless under NO_COLOR."""
+    from rich.console import Console
+
     return Console(
         file=sys.stdout,
         highlight=False,
@@ -275,6 +287,10 @@ def terminal_console() -> Console:
 
 
 def _rich_table(grid: Grid) -> Table:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(
         title=grid.title,
         title_justify="left",
@@ -297,6 +313,8 @@ def _rich_table(grid: Grid) -> Table:
 
 def plain_table(grid: Grid) -> str:
     """Columns aligned with spaces (two between columns), no box characters, no colour, no trailing blanks."""
+    from rich.cells import cell_len
+
     lines = [list(grid.headers)] if grid.headers is not None else []
     lines += [[text for text, _ in row] for row in grid.rows]
     widths = [max((cell_len(line[i]) for line in lines), default=0) for i in range(len(grid.justify))]

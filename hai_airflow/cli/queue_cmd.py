@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,10 +13,11 @@ from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import complete_task_ids
 from hai_airflow.cli.output import Column, OutputFlags, Section, emit, fail, state_style
 from hai_airflow.cli.task import WatchOption, gpus, priority
-from hai_airflow.cli.watch import watch
-from hai_airflow.client import HaiClient, HaiError
-from hai_airflow.scheduling.eta import StartEstimate, start_estimate
-from hai_airflow.spec import JobView, QueueEntryView, QueueJobView
+
+if TYPE_CHECKING:
+    from hai_airflow.client import HaiClient
+    from hai_airflow.scheduling.eta import StartEstimate
+    from hai_airflow.spec import QueueEntryView, QueueJobView
 
 
 def terms(entry: QueueEntryView) -> str:
@@ -26,11 +27,15 @@ def terms(entry: QueueEntryView) -> str:
 
 def name(job: QueueJobView) -> str:
     """The task's name, or `another user's job` when the caller may not see it."""
+    from hai_airflow.spec import JobView
+
     return job.task_name if isinstance(job, JobView) else job.owner
 
 
 def user(job: QueueJobView, group: bool = False) -> str | None:
     """The owner (and group), shown only for jobs the caller may see."""
+    from hai_airflow.spec import JobView
+
     if not isinstance(job, JobView):
         return None
     return f"{job.user} (group {job.group})" if group else job.user
@@ -54,6 +59,9 @@ def eta(estimate: StartEstimate | None) -> str | None:
 def estimates(client: HaiClient, entries: list[QueueEntryView]) -> dict[int, StartEstimate]:
     """Each entry's start estimate, from the one function the dashboard uses; a blocker the caller
     may not see counts as unknown."""
+    from hai_airflow.client import HaiError
+    from hai_airflow.scheduling.eta import start_estimate
+
     blockers = {}
     for blocker_id in sorted({e.waiting_behind for e in entries if e.waiting_behind is not None}):
         try:
@@ -123,6 +131,7 @@ def queue(
 ) -> None:
     """Show the scheduler's queue: waiting tasks in the order they will start or resume, with the ETA
     the dashboard shows."""
+    from hai_airflow.spec import JobView
 
     def draw(client: HaiClient) -> dict[int, str]:
         entries = client.queue()
@@ -148,6 +157,8 @@ def queue(
         return {entry.job.id: entry.job.state}
 
     if watch_:
+        from hai_airflow.cli.watch import watch
+
         watch(connection, "hai queue", draw)
     with connect(connection) as client:
         draw(client)

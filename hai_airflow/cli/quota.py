@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.output import Column, OutputFlags, Section, emit, say, usage_error
-from hai_airflow.spec import QuotaView
+
+if TYPE_CHECKING:
+    from hai_airflow.spec import QuotaView
 
 app = typer.Typer(
     help="Show high-priority GPU quotas and their use; group admins set members' quotas.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -27,8 +27,20 @@ from hai_airflow.cli.jobspec import (
     join_command,
 )
 from hai_airflow.cli.output import OutputFlags, help_without_subcommand, note, usage_error
-from hai_airflow.scheduling.packages import offered, smallest_package
-from hai_airflow.spec import ResourcePackageView
+
+if TYPE_CHECKING:
+    from hai_airflow.spec import ResourcePackageView
+
+
+def __getattr__(name: str) -> Any:
+    # The scheduler's package rule, which `hai submit` applies, under its name here; importing the
+    # scheduling package costs the planner, so only a caller that reads it pays.
+    if name == "smallest_package":
+        from hai_airflow.scheduling.packages import smallest_package
+
+        return smallest_package
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 app = typer.Typer(
     help="Submit a job in the short form: give GPUs and GPU type, hai picks the resource package.",
@@ -91,6 +103,8 @@ class GpuAsk:
 
 def _sizes(packages: Sequence[ResourcePackageView], gpu_type: str | None) -> list[int]:
     """The GPU counts of the packages of `gpu_type` (any type when None), smallest first."""
+    from hai_airflow.scheduling.packages import smallest_package
+
     # A package holds `gpu_type` exactly when it is the smallest fit among itself alone.
     return sorted({p.gpus for p in packages if p.gpus and smallest_package([p], p.gpus, gpu_type) is p})
 
@@ -98,6 +112,8 @@ def _sizes(packages: Sequence[ResourcePackageView], gpu_type: str | None) -> lis
 def _package_for(packages: Sequence[ResourcePackageView], ask: GpuAsk) -> ResourcePackageView:
     """The smallest package of at least --gpus GPUs of --gpu-type; one holding more is named on
     stderr (stdout stays the result), or refused with --exact."""
+    from hai_airflow.scheduling.packages import offered, smallest_package
+
     if ask.gpus < 1:
         usage_error("--gpus must be 1 or more. For a task without GPUs use `hai submit cpu`")
     package = smallest_package(packages, ask.gpus, ask.gpu_type)

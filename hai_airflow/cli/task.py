@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,7 +12,6 @@ from hai_airflow import durations
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import StateOption, TaskIdArguments, TaskIdFlags, each
-from hai_airflow.cli.jobspec import SPEC_MODELS
 from hai_airflow.cli.output import (
     Column,
     OutputFlags,
@@ -24,10 +23,11 @@ from hai_airflow.cli.output import (
     state_style,
     when,
 )
-from hai_airflow.cli.watch import watch
-from hai_airflow.client import HaiClient
-from hai_airflow.jobfile import job_file
-from hai_airflow.spec import TERMINAL_STATES, EventView, JobDetailView, JobShapeView, JobView
+from hai_airflow.vocabulary import TERMINAL_STATES
+
+if TYPE_CHECKING:
+    from hai_airflow.client import HaiClient
+    from hai_airflow.spec import EventView, JobDetailView, JobShapeView, JobView
 
 WatchOption = Annotated[
     bool,
@@ -64,7 +64,9 @@ def gpus(job: JobShapeView) -> str:
 
 def processes(job: JobView) -> str | None:
     """`per-gpu (16 processes)`: how the command is started and how many copies run; None for CPU jobs."""
-    model = SPEC_MODELS[job.mode]
+    from hai_airflow.cli.jobspec import spec_models
+
+    model = spec_models()[job.mode]
     if "processes" not in model.model_fields:
         return None
     # A job stored before the field existed runs with the mode's default, as the backends read it.
@@ -229,6 +231,8 @@ def task(
         return {j.id: j.state for j in jobs if j.state not in TERMINAL_STATES}
 
     if watch_:
+        from hai_airflow.cli.watch import watch
+
         watch(connection, "hai task", draw)
     with connect(connection) as client:
         draw(client)
@@ -238,6 +242,8 @@ def show_tasks(jobs: Sequence[JobDetailView], out: OutputFlags, several: bool) -
     """Tasks as records, each followed by its events; as JSON, one object (or a list for several ids);
     as YAML, each one's spec as a job file for `hai create -f` (several as `---`-separated documents)."""
     if out.format == "yaml":
+        from hai_airflow.jobfile import job_file
+
         if jobs:
             typer.echo("\n---\n".join(job_file(job.spec) for job in jobs))
         return

@@ -4,7 +4,7 @@ window, per user or per group (like Slurm's `sacct`/`sreport`)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,7 +12,9 @@ from hai_airflow import durations
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import choice, completes, with_flags
 from hai_airflow.cli.output import Column, OutputFlags, duration, emit
-from hai_airflow.spec import UsageView
+
+if TYPE_CHECKING:
+    from hai_airflow.spec import UsageView
 
 MOMENT_FORMS = "a date (2026-11-01), a UTC time (2026-11-01T12:00), or a time ago (7d, 12h)"
 

@@ -8,17 +8,19 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from hai_airflow.cli.connection import RECONNECT_FOR_SECONDS, ServerFlags, connect, reconnect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, state_option, task_ids
 from hai_airflow.cli.output import OutputFlags, emit, say, standing, stdout_is_terminal, usage_error
-from hai_airflow.client import HaiClient, HaiUnreachable
-from hai_airflow.spec import TERMINAL_STATES, JobState, JobView
+from hai_airflow.vocabulary import TERMINAL_STATES, JobState
+
+if TYPE_CHECKING:
+    from hai_airflow.client import HaiClient
+    from hai_airflow.spec import JobView
 
 TIMED_OUT = 124
 """Exit code when --timeout passes first: the one GNU `timeout` uses, apart from 1 (failed) and 2 (usage)."""
@@ -73,6 +75,8 @@ def await_task(
 ) -> Outcome:
     """Long-poll one task until it is in `target` (None: until it ends), it can no longer get there, or
     `deadline` (time.monotonic) passes. `status`, when given, is a rich Status kept up to date."""
+    from hai_airflow.client import HaiUnreachable
+
     job: JobView = client.job(job_id)
     while True:
         if status is not None:
@@ -99,6 +103,8 @@ def progress_status(out: OutputFlags) -> AbstractContextManager[Any]:
     """A spinner with the task's state on a terminal; nothing when piped or printing data."""
     if out.is_data or not (stdout_is_terminal() and sys.stderr.isatty()):
         return nullcontext(None)
+    from rich.console import Console
+
     return Console(stderr=True).status("waiting")
 
 
