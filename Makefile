@@ -55,6 +55,7 @@ bench: install
 	$(PY) benchmarks/standby_bench.py
 	$(PY) benchmarks/airflow_bench.py
 	$(PY) benchmarks/hvd_init_bench.py
+	$(PY) benchmarks/cli_bench.py
 	bash benchmarks/vs_slurm.sh 1000 16
 
 # The faults tier (part of `make test`) CHAOS_ROUNDS times over, each round drawing its random faults
