@@ -42,6 +42,7 @@ def pg_database() -> Iterator[str]:
 # pytest-xdist they all run in one worker, one after another (`make test` runs --dist loadgroup).
 ENGINE_FIXTURES = frozenset({"docker_engine", "kube_apiserver", "kube_node", "own_engine"})
 ENGINE_MARKERS = ("docker", "kube")
+ENGINE_GROUP = pytest.mark.xdist_group("engine").mark
 
 
 def xdist_group_of(item: pytest.Item) -> str | None:
@@ -63,16 +64,26 @@ def xdist_group_of(item: pytest.Item) -> str | None:
     return None
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark the test's xdist group (read by --dist loadgroup) as soon as it is made: xdist renames the
+    grouped tests in its own collection hook, which may run before this project's."""
+    group = xdist_group_of(item)
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test's xdist group (read by --dist loadgroup), and put the engine group first: it is
-    the longest chain, so it starts at once while the other workers share the rest."""
-    groups = {}
-    for item in items:
-        group = groups[item.nodeid] = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda item: groups[item.nodeid] != "engine")
+    """The engine group first: it is the longest chain, so it starts at once while the other workers
+    share the rest. Runs after xdist's own hook, so it can check that xdist took the groups."""
+    items.sort(key=lambda item: item.get_closest_marker("xdist_group") != ENGINE_GROUP)
+    if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
+        ungrouped = [i.nodeid for i in items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(
+                f"pytest-xdist did not put {ungrouped[0]} in its group, so tests that share an engine or a "
+                f"server would run in several workers at once; install the pytest that pyproject.toml names"
+            )
 
 
 def pytest_configure(config: pytest.Config) -> None:
