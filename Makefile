@@ -27,12 +27,17 @@ XDIST := -n $(WORKERS) --dist loadgroup
 test: install provision
 	$(PY) -m pytest $(XDIST)
 
-# The inner loop, before every commit: every test that needs no slow service (no Airflow services,
-# Docker engine, cluster, browser or fault injection). `make test` stays the whole suite, as CI runs it.
-FAST := not (slow or docker or kube or browser or faults)
+# The inner loop, before every commit (at most 5 minutes): the tests that start no slow service. Out of it:
+# the outer tiers' markers, Airflow (tests/airflow), real torch and Horovod training (tests/training), the
+# docs' examples (tests/docs), the attacks of the security tier (tests/security), and the tests that
+# restart or kill whole servers or run the benchmark scripts. `make test` stays the whole suite, and what
+# CI runs.
+FAST := -m "not (slow or docker or kube or browser or faults)" \
+	--ignore=tests/airflow --ignore=tests/training --ignore=tests/docs --ignore=tests/security \
+	--deselect=tests/server/test_live.py --deselect=tests/sim/test_benchmarks.py
 
 test-fast: install
-	$(PY) -m pytest $(XDIST) -m "$(FAST)"
+	$(PY) -m pytest $(XDIST) $(FAST)
 
 lint: install
 	$(VENV)/bin/ruff check hai_airflow tests benchmarks

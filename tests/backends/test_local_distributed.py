@@ -114,13 +114,14 @@ def test_a_standalone_job_may_ask_for_a_process_per_gpu(cluster: Cluster) -> Non
 def test_a_rank_killed_by_hand_stops_the_whole_instance_within_seconds(cluster: Cluster) -> None:
     cmd = "echo $$ > pid$RANK; exec sleep 60"
     h = cluster.start(cmd, mode="distributed", gpus=((0, 1), (2, 3)))
-    pid_file = cluster.code / "pid3"
+    # Every rank has started before one is killed: a rank stopped before its first line leaves no pid.
+    pid_files = [cluster.code / f"pid{rank}" for rank in range(4)]
     deadline = time.monotonic() + 10
-    while not (pid_file.exists() and pid_file.read_text().strip()):
-        assert time.monotonic() < deadline, "rank 3 never started"
+    while not all(f.exists() and f.read_text().strip() for f in pid_files):
+        assert time.monotonic() < deadline, "not every rank started"
         time.sleep(0.02)
     t0 = time.monotonic()
-    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    os.kill(int(pid_files[3].read_text()), signal.SIGKILL)
     ended = cluster.wait(h.instance_id, timeout=10)
     assert time.monotonic() - t0 < 5, "the other ranks were not stopped promptly"
     assert (ended.exit_code, ended.reason) == (137, "worker 1 on node-1 failed: exit code 137")

@@ -52,7 +52,7 @@ class Timing:
     outcome: str = "passed"
 
 
-@dataclass
+@dataclass(eq=False)  # a plugin is kept in sets: hashed by identity
 class Durations:
     """The pytest plugin: collects reports as they arrive and writes the tables at the end."""
 
