@@ -103,6 +103,38 @@ class GitSection(_Section):
     )
 
 
+class LimitsSection(_Section):
+    """Budgets each user has, so one user cannot slow or starve the others; a request past one gets
+    429 naming the limit."""
+
+    execs_per_user: int = Field(
+        default=4, ge=1, le=1024, description="Commands (`hai exec`) one user may have running at once."
+    )
+    cp_streams_per_user: int = Field(
+        default=4, ge=1, le=1024, description="Downloads (`hai cp`) one user may have streaming at once."
+    )
+    pending_jobs_per_user: int = Field(
+        default=10_000,
+        ge=1,
+        le=1_000_000,
+        description="Jobs one user may have waiting (queued, suspended, held) at once; a submit past it "
+        "(an array counts each task) gets 429.",
+    )
+    usage_window_days: int = Field(
+        default=400,
+        ge=1,
+        le=3660,
+        description="Longest window `hai usage` / `GET /usage/history` answers, in days.",
+    )
+    max_grace_seconds: int = Field(
+        default=600,
+        ge=0,
+        le=3600,
+        description="Longest grace a job's own `--grace` gets after a stop notice (a preemptor waits "
+        "at most this long for its victim); larger values are cut to it.",
+    )
+
+
 class StorageConfig(_Section):
     """One `[storages.<id>]` table: where the project's data is and who may mount it."""
 
@@ -139,6 +171,7 @@ class ServerConfig(_Section):
     paths: PathsSection = Field(default_factory=PathsSection, description="[paths]")
     checkpoints: CheckpointsSection = Field(default_factory=CheckpointsSection, description="[checkpoints]")
     git: GitSection = Field(default_factory=GitSection, description="[git] where jobs may clone code from")
+    limits: LimitsSection = Field(default_factory=LimitsSection, description="[limits] budgets per user")
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ServerConfig:
