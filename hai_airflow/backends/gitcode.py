@@ -75,7 +75,8 @@ def clone_argv(
     """`git clone` of `branch` (default: the default branch) of `url` into `dest`, only over `schemes`
     (and the local transport for a path on the server)."""
     allowed = [*schemes, *([] if is_remote(url) else ["file"])]
-    argv = ["git", "-c", "protocol.allow=never"]
+    # An allowed host's redirect must not lead the clone to a host the rules never allowed.
+    argv = ["git", "-c", "protocol.allow=never", "-c", "http.followRedirects=false"]
     for scheme in allowed:
         argv += ["-c", f"protocol.{scheme}.allow=always"]
     argv += ["clone", "--quiet", "--depth", "1", "--single-branch", "--no-recurse-submodules"]

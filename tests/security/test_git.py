@@ -4,13 +4,17 @@ holds nobody else's job and a cancel ends it."""
 
 from __future__ import annotations
 
+import http.server
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
+from hai_airflow.backends.gitcode import clone_argv
 from hai_airflow.client import HaiError
 from hai_airflow.server.controller import TICK_SECONDS
 from hai_airflow.spec import CpuJobSpec
@@ -123,3 +127,56 @@ def test_the_clone_runs_as_the_jobs_account(open_dir: Path) -> None:
     assert f"cloned by nobody into {checkout}" in log
     assert checkout.stat().st_uid == (nobody := int(subprocess.check_output(["id", "-u", "nobody"])))
     assert (checkout / "train.sh").stat().st_uid == nobody
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with `redirect_to` (a 302) when set, else 404; keeps the paths asked for."""
+
+    redirect_to: ClassVar[str] = ""
+    asked: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.asked.append(self.path)
+        if self.redirect_to:
+            self.send_response(302)
+            self.send_header("Location", self.redirect_to + self.path)
+        else:
+            self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]) -> http.server.HTTPServer:
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def test_a_redirect_from_an_allowed_host_to_another_is_not_followed(tmp_path: Path) -> None:
+    """The allowed host answers with a redirect to a host the rules never allowed: the clone fails
+    and the other host is never asked."""
+    unlisted = _serve(type("Unlisted", (_Recorder,), {"asked": []}))
+    allowed = _serve(
+        type(
+            "Allowed", (_Recorder,), {"asked": [], "redirect_to": f"http://localhost:{unlisted.server_port}"}
+        )
+    )
+    try:
+        url = f"http://127.0.0.1:{allowed.server_port}/team/r.git"
+        argv = clone_argv(url, None, str(tmp_path / "code"), ("http",))
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"GIT_TERMINAL_PROMPT": "0", "PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode != 0, done.stderr
+        assert allowed.RequestHandlerClass.asked, "the allowed host was never asked"  # type: ignore[attr-defined]
+        assert unlisted.RequestHandlerClass.asked == []  # type: ignore[attr-defined]
+    finally:
+        allowed.shutdown()
+        unlisted.shutdown()
