@@ -196,7 +196,7 @@ def test_every_airflow_setting_is_a_real_airflow_option(compose: dict[str, Any])
 
 
 @pytest.mark.parametrize("name", ["hai-docker.toml", "hai-kubernetes.toml"])
-def test_the_sample_server_configs_are_valid(name: str) -> None:
+def test_the_sample_server_configs_are_valid(name: str, compose: dict[str, Any]) -> None:
     pytest.importorskip("sqlalchemy")
     from hai_airflow.backends.docker_config import DockerOptions
     from hai_airflow.backends.k8s_manifests import KubernetesOptions
@@ -205,7 +205,11 @@ def test_the_sample_server_configs_are_valid(name: str) -> None:
 
     config = load_config(REPO / ".ci" / "compose" / name, sorted(POLICIES))
     if config.server.backend == "docker":
-        DockerOptions.model_validate(config.backend)
+        # Each job runs as its owner's host account, never as the server's root.
+        assert DockerOptions.model_validate(config.backend).run_as == "{user}"
+        assert {"/etc/passwd:/etc/passwd:ro", "/etc/group:/etc/group:ro"} <= set(
+            services(compose)["hai-server"]["volumes"]
+        )
     else:
         KubernetesOptions.model_validate(config.backend)
     assert config.server.host == "0.0.0.0"  # reachable from the Airflow containers
