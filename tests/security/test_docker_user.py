@@ -6,14 +6,10 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-import pwd
-import shutil
 import stat
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +17,7 @@ import pytest
 
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT
+from tests.support.accounts import Account, made_account
 from tests.support.docker_engine import DockerJobs, Engine
 from tests.support.exits import ended_within
 from tests.support.gitrepo import bare_origin
@@ -30,38 +27,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 RUN_AS = "{user}"
 
 
-@dataclass(frozen=True)
-class Account:
-    """An OS account made for these tests, with a supplementary group of its own."""
-
-    name: str
-    uid: int
-    gid: int
-    extra_gid: int
-
-
 @pytest.fixture(scope="module")
 def account() -> Iterator[Account]:
-    """A fresh OS user (useradd) whose jobs the tests run; needs root, as `run_as` does."""
-    if os.geteuid() != 0:
-        pytest.skip("run_as needs the test to run as root (it runs containers and clones as another user)")
-    if shutil.which("useradd") is None:
-        pytest.skip("useradd is missing: the test cannot make an OS account to run jobs as")
-    name = f"haidk{uuid.uuid4().hex[:8]}"
-    extra = f"{name}x"
-    subprocess.run(["groupadd", extra], check=True, capture_output=True)
-    subprocess.run(
-        ["useradd", "--no-create-home", "--shell", "/bin/sh", "--user-group", "-G", extra, name],
-        check=True,
-        capture_output=True,
-    )
-    try:
-        entry = pwd.getpwnam(name)
-        extra_gid = int(subprocess.check_output(["getent", "group", extra], text=True).split(":")[2])
-        yield Account(name, entry.pw_uid, entry.pw_gid, extra_gid)
-    finally:
-        subprocess.run(["userdel", name], check=False, capture_output=True)
-        subprocess.run(["groupdel", extra], check=False, capture_output=True)
+    with made_account("haidk") as made:
+        yield made
 
 
 @pytest.fixture
