@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine
+from hai_airflow.backends.jobuser import JobUser, RunAs
 from hai_airflow.backends.launches import image_of
 from hai_airflow.backends.mounts import job_paths, launch_rules
 from hai_airflow.backends.workerenv import (
@@ -139,8 +140,16 @@ class KubernetesOptions(BaseModel):
         default=None,
         description="Service account of job pods; without one, pods get no API token mounted.",
     )
+    run_as: RunAs = Field(
+        default=None,
+        min_length=1,
+        description='"{user}": each job\'s pods run as the uid, gid and groups of the account named like '
+        "its owner (looked up on the server, as the local and docker backends do; hai serve must run as "
+        "root), so users' jobs cannot read or overwrite each other's files on a shared NAS. Not with "
+        "run_as_user.",
+    )
     run_as_user: int | None = Field(
-        default=None, ge=0, description="UID job containers run as; default: the image's user."
+        default=None, ge=0, description="UID every job container runs as; default: the image's user."
     )
     run_as_group: int | None = Field(
         default=None, ge=0, description="GID job containers run as; default: the image's group."
@@ -153,6 +162,15 @@ class KubernetesOptions(BaseModel):
         default=None, ge=0, description="Group that owns the pods' volumes (their files are writable to it)."
     )
     image_pull_secrets: tuple[str, ...] = Field(default=(), description="Pull secrets of job pods.")
+
+    @model_validator(mode="after")
+    def _one_account_rule(self) -> KubernetesOptions:
+        if self.run_as is not None and (self.run_as_user is not None or self.run_as_group is not None):
+            raise ValueError(
+                "run_as and run_as_user/run_as_group both name the pods' account; keep one "
+                '(run_as = "{user}" for each owner\'s own account)'
+            )
+        return self
 
     @model_validator(mode="after")
     def _mpijob_needs_pod_network(self) -> KubernetesOptions:
@@ -315,13 +333,17 @@ def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, An
     return volumes, mounts
 
 
-def pod_security(opts: KubernetesOptions) -> dict[str, Any]:
-    """The pod's securityContext: the configured user and group, the runtime's default seccomp profile."""
+def pod_security(opts: KubernetesOptions, account: JobUser | None = None) -> dict[str, Any]:
+    """The pod's securityContext: the job owner's `account` (with `run_as`) or the configured user and
+    group, and the runtime's default seccomp profile."""
     context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
-    if opts.run_as_user is not None:
-        context["runAsUser"] = opts.run_as_user
-    if opts.run_as_group is not None:
-        context["runAsGroup"] = opts.run_as_group
+    uid, gid = (account.uid, account.gid) if account is not None else (opts.run_as_user, opts.run_as_group)
+    if uid is not None:
+        context["runAsUser"] = uid
+    if gid is not None:
+        context["runAsGroup"] = gid
+    if account is not None and (extra := sorted(set(account.groups) - {account.gid})):
+        context["supplementalGroups"] = extra
     if opts.run_as_non_root:
         context["runAsNonRoot"] = True
     if opts.fs_group is not None:
@@ -391,8 +413,10 @@ def pod_spec(
     spread: bool = False,
     pod_labels: Mapping[str, str] | None = None,
     keep_capabilities: tuple[str, ...] = (),
+    account: JobUser | None = None,
 ) -> dict[str, Any]:
-    """The spec of a pod that runs `command` in the job's image on one of `nodes`."""
+    """The spec of a pod that runs `command` in the job's image on one of `nodes`, as `account` (the
+    owner's, with `run_as`)."""
     volumes, mounts = _volumes(launch, opts)
     container: dict[str, Any] = {
         "name": MAIN,
@@ -415,7 +439,7 @@ def pod_spec(
         "terminationGracePeriodSeconds": launch.spec.effective_grace_seconds,
         "containers": [container],
         "volumes": volumes,
-        "securityContext": pod_security(opts),
+        "securityContext": pod_security(opts, account),
         # A job has no business with the Kubernetes API unless the admin gave its pods an account.
         "automountServiceAccountToken": opts.service_account is not None,
     }
@@ -444,7 +468,9 @@ def pod_spec(
 # ---- whole objects ----------------------------------------------------------------------------------
 
 
-def worker_pods(launch: Launch, opts: KubernetesOptions, master_address: str = "") -> list[dict[str, Any]]:
+def worker_pods(
+    launch: Launch, opts: KubernetesOptions, master_address: str = "", account: JobUser | None = None
+) -> list[dict[str, Any]]:
     """One pod per worker: standalone and CPU jobs, and the gang of a distributed job without MPIJob.
 
     On the host network a gang meets at `master_address`, worker 0's planned node's address. On the pod
@@ -465,7 +491,7 @@ def worker_pods(launch: Launch, opts: KubernetesOptions, master_address: str = "
         labels = {**instance_labels(opts, launch), LABEL_WORKER: str(slot.rank)}
         env = environment(launch, slot, opts, gang)
         command = worker_argv(launch.spec, slot, gang, ["/bin/sh", "-c", launch.spec.cmd])
-        spec = pod_spec(launch, opts, worker, env, command, [worker.node])
+        spec = pod_spec(launch, opts, worker, env, command, [worker.node], account=account)
         if waits_for_worker0(launch, opts):
             # Defined first: Kubernetes expands $(HAI_POD_IP) only in variables that come after it.
             own_ip = {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}

@@ -26,7 +26,7 @@ from hai_airflow.backends.confine import make_beneath
 from hai_airflow.backends.docker_logs import merge, stamped_only
 from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.inventory import gpu_type
-from hai_airflow.backends.jobuser import JobUser
+from hai_airflow.backends.jobuser import JobUser, job_user
 from hai_airflow.backends.k8s_pods import (
     BROKEN_AT_START,
     MpiJobEnd,
@@ -197,21 +197,40 @@ class KubernetesBackend(ServedLogs):
         opts, model_dir = self.options, launch.job.model_dir
         if not opts.nas_pvc or model_dir.is_dir() or not os.path.isdir(opts.nas_mount_path):
             return
-        uid, gid = opts.run_as_user, opts.run_as_group if opts.run_as_group is not None else opts.fs_group
+        account = self._owner_account(launch)
+        uid: int | None = account.uid if account else opts.run_as_user
+        gid: int | None = account.gid if account else opts.run_as_group
+        if gid is None:
+            gid = opts.fs_group
         owner = (uid if uid is not None else -1, gid if gid is not None else -1)
         try:
             make_beneath(opts.nas_mount_path, str(model_dir), owner=owner)
         except OSError as e:
             raise StartError(f"cannot create model_dir {model_dir}: {e.strerror or e}") from None
 
+    def _owner_account(self, launch: Launch) -> JobUser | None:
+        """With `run_as`, the account the job's pods run as (its owner's); StartError when missing."""
+        if self.options.run_as is None:
+            return None
+        try:
+            return job_user(self.options.run_as, launch.job.user)
+        except KeyError:
+            raise StartError(
+                f"run_as: there is no OS user for {launch.job.user!r} on this server; "
+                "create it or change [backend] run_as"
+            ) from None
+
     def start(self, launch: Launch) -> Handle:
         # Check the job's paths before anything is created (a refused one raises StartError).
         m.nas_mounts(launch, self.options)
+        account = self._owner_account(launch)
         self._make_model_dir(launch)
         self._ensure_watch()
-        # mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only.
+        # mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only; its workers' sshd runs as
+        # root, so jobs that run as their owner's account are gangs of pods.
         use_mpijob = (
-            m.is_distributed(launch)
+            account is None
+            and m.is_distributed(launch)
             and per_gpu(launch.spec)
             and self.options.network == "pod"
             and self._mpi_operator_installed()
@@ -244,7 +263,7 @@ class KubernetesBackend(ServedLogs):
                     self.core.create_namespaced_service(self.ns, svc)
                     service = svc["metadata"]["name"]
                     created.append(("service", service))
-                pods = m.worker_pods(launch, self.options, self._master_node_address(launch))
+                pods = m.worker_pods(launch, self.options, self._master_node_address(launch), account)
                 later = m.waits_for_worker0(launch, self.options)
                 for pod in pods[:1] if later else pods:
                     self.core.create_namespaced_pod(self.ns, pod)
@@ -278,7 +297,7 @@ class KubernetesBackend(ServedLogs):
             launch, inst.pending = inst.pending, None
             if launch is None or inst.stopping:
                 return
-        for pod in m.worker_pods(launch, self.options, first.ip)[1:]:
+        for pod in m.worker_pods(launch, self.options, first.ip, self._owner_account(launch))[1:]:
             try:
                 self.core.create_namespaced_pod(self.ns, pod)
             except ApiException as e:
@@ -642,9 +661,11 @@ class KubernetesBackend(ServedLogs):
     # ---- exec --------------------------------------------------------------------------------------
 
     def account(self, owner: str) -> JobUser | None:
-        """The pods' account (`run_as_user`, `run_as_group`, `fs_group`); None: they run as their
-        image says, and the server reads for them as itself."""
+        """The pods' account: the owner's with `run_as`, else `run_as_user`, `run_as_group`,
+        `fs_group`; None: they run as their image says, and the server reads for them as itself."""
         opts = self.options
+        if opts.run_as is not None:
+            return job_user(opts.run_as, owner)
         if opts.run_as_user is None:
             return None
         gid = opts.run_as_group if opts.run_as_group is not None else (opts.fs_group or 0)

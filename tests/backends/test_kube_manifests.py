@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.backends.base import JobEnvironment, Launch, StartError
 from hai_airflow.backends.confine import PathRules
+from hai_airflow.backends.jobuser import JobUser
 from hai_airflow.backends.k8s_pods import dropped_fields, mpijob_end
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
@@ -209,6 +211,18 @@ def test_every_container_runs_unprivileged_with_the_configured_user() -> None:
     )
     assert "add" not in pods[0]["spec"]["containers"][0]["securityContext"]["capabilities"]
     assert "add" not in templates["Launcher"]["containers"][0]["securityContext"]["capabilities"]
+
+
+def test_with_run_as_each_pod_runs_as_its_owners_account() -> None:
+    alice = JobUser("alice", 1201, 1201, (1201, 1300))
+    opts = m.KubernetesOptions(nas_pvc="nas", run_as="{user}", fs_group=100)
+    (pod,) = m.worker_pods(standalone(), opts, account=alice)
+    assert pod["spec"]["securityContext"] == {
+        "seccompProfile": {"type": "RuntimeDefault"}, "runAsUser": 1201, "runAsGroup": 1201,
+        "supplementalGroups": [1300], "fsGroup": 100,
+    }  # fmt: skip
+    with pytest.raises(ValidationError, match="keep one"):
+        m.KubernetesOptions(run_as="{user}", run_as_user=1000)
 
 
 def test_a_given_service_account_gets_its_token_mounted() -> None:

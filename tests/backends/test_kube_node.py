@@ -24,6 +24,7 @@ from hai_airflow.backends import k8s_manifests as m
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobView, StandaloneJobSpec
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE
+from tests.support.accounts import Account, made_account
 from tests.support.docker_engine import REPO
 from tests.support.kube_apiserver import SERVER_TOKEN, grant_server_rbac
 from tests.support.kube_node import GPU_TYPE, Cluster, nas_claim
@@ -136,7 +137,8 @@ class Site:
         return list(self.core().list_namespaced_pod(self.namespace).items)
 
 
-def open_site(cluster: Cluster, tmp: Path, pin: str = "affinity") -> Site:
+def open_site(cluster: Cluster, tmp: Path, pin: str = "affinity", extra: str = "") -> Site:
+    """A site; `extra` is added to its config's [backend] section (options and, after them, tables)."""
     from kubernetes import client
 
     namespace = f"hai-e2e-{uuid.uuid4().hex[:6]}"
@@ -156,6 +158,10 @@ def open_site(cluster: Cluster, tmp: Path, pin: str = "affinity") -> Site:
           "the default service account")  # fmt: skip
     kubeconfig = cluster.api.kubeconfig(SERVER_TOKEN, tmp / "server.kubeconfig")
     config = server_config(cluster, kubeconfig, namespace, nas, pin)
+    if extra:
+        options, _, tables = extra.partition("\n[")
+        config = config.replace("[backend]\n", f"[backend]\n{options}\n", 1)
+        config += f"\n[{tables}" if tables else ""
     live = LiveServer(nas / "hai-home", config).start()
     return Site(cluster, live, namespace, nas)
 
@@ -418,3 +424,58 @@ def test_a_low_job_suspended_for_a_high_one_resumes_to_the_uninterrupted_weights
     result = json.loads((model / "metrics.json").read_text())
     assert result["resumed_from"] == int(found[1])
     assert result["weights_sha256"] == reference_weights(tmp_path)
+
+
+# ---- each owner's account ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def owners() -> Iterator[tuple[Account, Account]]:
+    with made_account("haika") as first, made_account("haikb") as second:
+        yield first, second
+
+
+@pytest.fixture(scope="module")
+def owned(
+    kube_node: Cluster, tmp_path_factory: pytest.TempPathFactory, owners: tuple[Account, Account]
+) -> Iterator[Site]:
+    """A site whose pods run as their owner's account (`run_as = "{user}"`), with a shared NAS dir."""
+    users = "".join(
+        f'[[users]]\nname = "{a.name}"\ngroup = "research"\ntoken = "{a.name}-token"\n\n' for a in owners
+    )
+    s = open_site(kube_node, tmp_path_factory.mktemp("kube-owned"), extra=f'run_as = "{{user}}"\n{users}')
+    shared = s.nas / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)  # like /tmp: everyone writes, only a file's owner changes it
+    try:
+        yield s
+    finally:
+        close_site(s)
+
+
+def _run_as(site: Site, account: Account, image: str, cmd: str) -> str:
+    spec = CpuJobSpec(task_name="owned", code_path=str(site.code), cmd=cmd, image=image, cpus=0.2,
+                      memory_gb=0.25, model_dir=str(site.nas / "shared"))  # fmt: skip
+    with site.live.client(f"{account.name}-token") as client:
+        done = wait_state(client, client.submit(spec).id, "SUCCEEDED", "FAILED")
+        (instance,) = client.instances(done.id)
+        log = client.log(instance.id)
+    assert done.state == "SUCCEEDED", (done.reason, log)
+    return log
+
+
+def test_two_owners_pods_on_one_nas_claim_keep_to_their_own_files(
+    owned: Site, owners: tuple[Account, Account], busybox_image: str
+) -> None:
+    """With run_as = "{user}" each job's pod runs as its owner's uid, gid and groups: what one owner's
+    job writes on the shared claim the other's job can neither read (0600) nor overwrite."""
+    first, second = owners
+    write = 'id; cd "$HAI_MODEL_DIR"; (umask 077; echo secret > private); echo mine > public'
+    wrote = _run_as(owned, first, busybox_image, write)
+    assert f"uid={first.uid}" in wrote and f"gid={first.gid}" in wrote and str(first.extra_gid) in wrote
+    shared = owned.nas / "shared"
+    assert (shared / "private").stat().st_uid == first.uid
+    trespass = 'cd "$HAI_MODEL_DIR"; cat private && echo READ; echo theirs > public && echo WROTE; true'
+    tried = _run_as(owned, second, busybox_image, trespass)
+    assert "READ" not in tried and "WROTE" not in tried and "secret" not in tried, tried
+    assert (shared / "public").read_text() == "mine\n"
