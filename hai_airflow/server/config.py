@@ -54,6 +54,13 @@ class ServerSection(_Section):
         description="Largest file `hai cp` downloads from a task's model dir (bytes); larger ones get 413. "
         "Default 16 GiB.",
     )
+    job_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="Address a job reaches this server at (HAI_SERVER in every job, for `hai` inside "
+        "it) on the docker and kubernetes backends, e.g. http://hai-server:8765 or a Service's name; "
+        "the local backend's jobs use the address the server listens on.",
+    )
     metrics_token: str | None = Field(
         default=None,
         min_length=16,
