@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from hai_airflow.scheduling.fairshare import FairShare
 from hai_airflow.spec import JobState, PriorityClass, holds_high_priority, priority_class
 
 WAITING: frozenset[str] = frozenset({JobState.PENDING, JobState.SUSPENDED})
@@ -130,6 +131,8 @@ class Snapshot:
     reservations: tuple[Reservation, ...] = ()
     policy: str = "seed"
     """Name of the ordering/victim strategy (see `policies.POLICIES`)."""
+    fair_share: FairShare | None = None
+    """The users' recent use, for the fair-share term of low jobs' weight; None: no such term."""
     usage_version: int = field(default=0, compare=False)
     """The kept usage's version when the snapshot was taken (`ClusterState.snapshot`): `plan` refuses
     a usage passed beside it that moved on since."""

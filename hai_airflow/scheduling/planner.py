@@ -16,7 +16,8 @@ def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Dec
     """One scheduling cycle. Pure: no I/O, no clock, no randomness; the snapshot is not modified.
 
     1. snapshot -> free-capacity index (placed jobs and live reservations subtracted);
-    2. order the waiting queue (PENDING and SUSPENDED jobs) by the snapshot's policy;
+    2. order the waiting queue (PENDING and SUSPENDED jobs) by the snapshot's policy, low jobs with
+       the fair-share term of the snapshot's `fair_share` (the users' recent use) when it has one;
     3. for each head, in order: Reject if it can never fit; Wait if high priority would break
        quota; Admit if it can be placed (a reservation first); Wait while its own victims suspend;
        Suspend victims + Reserve (high jobs only); else Wait, raising the starvation guard for the
@@ -41,7 +42,8 @@ def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Dec
         return []
     cycle = Cycle.start(snapshot, policy, now, waiting, usage)
     queue = waiting + growing if growing else waiting
-    keys = list(map(policy.queue_key, queue, repeat(now)))  # each ends with the job id: no ties
+    fair = snapshot.fair_share
+    keys = list(map(policy.queue_key, queue, repeat(now), repeat(fair)))  # each ends with the id: no ties
     for i in sorted(range(len(queue)), key=keys.__getitem__):
         job = queue[i]
         if job.state == JobState.RUNNING:

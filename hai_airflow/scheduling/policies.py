@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from hai_airflow.scheduling.fairshare import FairShare
 from hai_airflow.scheduling.model import Job
 from hai_airflow.scheduling.weight import queue_key
 
 SortKey = tuple[float | int, ...]
+
+
+class QueueKey(Protocol):
+    """A queue order: the sort key of a waiting job at `now`, given the users' recent use (or None)."""
+
+    def __call__(self, job: Job, now: float, fair_share: FairShare | None = None, /) -> SortKey: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +25,7 @@ class Policy:
 
     name: str
     description: str
-    queue_key: Callable[[Job, float], SortKey]
+    queue_key: QueueKey
     victim_key: Callable[[Job, float], SortKey]
     victim_rule: str
     """The victim order in words, quoted in Suspend reasons."""
@@ -52,8 +60,8 @@ def newest_first(job: Job, now: float) -> SortKey:
     return (run_seconds(job, now), job.id)
 
 
-def submit_order(job: Job, now: float) -> SortKey:
-    """FIFO queue order: 1. submit time; 2. job id (priority ignored)."""
+def submit_order(job: Job, now: float, fair_share: FairShare | None = None) -> SortKey:
+    """FIFO queue order: 1. submit time; 2. job id (priority and fair share ignored)."""
     return (job.submitted_at, job.id)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Sequence
 
+from hai_airflow.scheduling.fairshare import FairShare
 from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.model import PLACED, Job, Node, Quota, Reservation, Snapshot
 from hai_airflow.scheduling.usage import Usage
@@ -41,6 +42,8 @@ class ClusterState:
         """How many of those events were new jobs (a job id the state did not hold)."""
         self.arrivals: deque[int] = deque(maxlen=ARRIVALS_KEPT)
         """The ids of the latest new jobs, oldest first."""
+        self.fair_share: FairShare | None = None
+        """The users' recent use as last measured (`use_measured`); None: no fair-share term."""
 
     @classmethod
     def load(
@@ -113,6 +116,11 @@ class ClusterState:
         placed = [j for j in self.jobs.values() if j.state in PLACED]
         self.usage = Usage.fresh(Layout.build(self.nodes), placed)
 
+    def use_measured(self, fair_share: FairShare | None) -> None:
+        """The users' recent use was measured. Not an event: it only reorders waiting low jobs, and a
+        cluster that settled with jobs waiting has no room for any of them until an event comes."""
+        self.fair_share = fair_share
+
     # ---- reading ----------------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
@@ -126,5 +134,6 @@ class ClusterState:
             quota=self.quota,
             reservations=self._reservations,
             policy=self.policy,
+            fair_share=self.fair_share,
             usage_version=self.usage.version,
         )

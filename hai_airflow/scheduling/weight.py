@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hai_airflow.scheduling.fairshare import FAIR_SHARE_SECONDS, HALF_LIFE_SECONDS, FairShare
 from hai_airflow.scheduling.model import Job
 from hai_airflow.spec import JobState
 
@@ -49,36 +50,39 @@ def lost_seconds(job: Job, now: float) -> float:
     return job.suspended_seconds + (now - job.suspended_at)
 
 
-def queue_key(job: Job, now: float) -> tuple[float | int, ...]:
+def queue_key(job: Job, now: float, fair_share: FairShare | None = None) -> tuple[float | int, ...]:
     """Seed queue order, ascending.
 
     1. high priority before low;
     2. high: earliest deadline first (submitted_at + max_schedule * 3600);
-    3. low: highest `(now - submitted_at) + LOST_WORK_FACTOR * lost_seconds` first, so a job that
-       was suspended resumes before newer work;
+    3. low: highest `(now - submitted_at) + LOST_WORK_FACTOR * lost_seconds + fair-share term` first,
+       so a job that was suspended resumes before newer work, and a user who used less recently goes
+       ahead of one who used more (`FairShare.term`; no term without `fair_share`);
     4. tie-break: job id.
     """
     if job.high:
         return (0, deadline(job), job.id)
-    return (1, -(now - job.submitted_at + LOST_WORK_FACTOR * lost_seconds(job, now)), job.id)
+    waited = now - job.submitted_at + LOST_WORK_FACTOR * lost_seconds(job, now)
+    if fair_share is not None:
+        waited += fair_share.term(job.user)
+    return (1, -waited, job.id)
 
 
-def weight(job: Job, now: float) -> Weight:
+def weight(job: Job, now: float, fair_share: FairShare | None = None) -> Weight:
     """The job's weight with its terms; `sort_key` is `queue_key` (the one definition of the order).
 
     score = HIGH_BASE + (now - deadline)                          for high priority (later = more urgent)
-    score = (now - submitted_at) + LOST_WORK_FACTOR * lost_seconds for low priority
+    score = (now - submitted_at) + LOST_WORK_FACTOR * lost_seconds for low priority,
+            + FAIR_SHARE_SECONDS x the owner's fair-share factor   when `fair_share` is given
     """
-    key = queue_key(job, now)
+    key = queue_key(job, now, fair_share)
     waited = now - job.submitted_at
     terms: tuple[WeightTerm, ...]
     if job.high:
         overdue = now - deadline(job)
         terms = (
             WeightTerm("priority class", HIGH_BASE, "high priority (max_schedule > 0)"),
-            WeightTerm(
-                "deadline", overdue, f"seconds past the {job.max_schedule} h max_schedule deadline"
-            ),
+            WeightTerm("deadline", overdue, f"seconds past the {job.max_schedule} h max_schedule deadline"),
         )
     else:
         lost = lost_seconds(job, now)
@@ -91,4 +95,18 @@ def weight(job: Job, now: float) -> Weight:
                 f"{LOST_WORK_FACTOR:g} x {lost:g} seconds spent suspended",
             ),
         )
+        if fair_share is not None:
+            terms += (fair_share_term(job.user, fair_share),)
     return Weight(score=sum(t.value for t in terms), sort_key=key, terms=terms)
+
+
+def fair_share_term(user: str, fair_share: FairShare) -> WeightTerm:
+    """The fair-share term of a low job of `user`, with its factor in words (not the use itself: others
+    see the term of every queued job)."""
+    factor = fair_share.factor(user)
+    return WeightTerm(
+        "fair share",
+        fair_share.term(user),
+        f"{FAIR_SHARE_SECONDS:g} x factor {factor:.3f} from the owner's recent use "
+        f"(1 = none, 0.5 = the mean user's; halved every {HALF_LIFE_SECONDS / 86400:g} days)",
+    )
