@@ -9,8 +9,11 @@ from dataclasses import dataclass
 MAX_ELEMENTS = 1000
 """Tasks one array may make."""
 MAX_INDEX = 1_000_000
+"""The highest index, and the longest step, a range may name."""
 FORMS = "indices such as 0-9, 0-15:4 or 1,3,5, with %K for at most K at once (0-9%2)"
-_RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
+_DIGITS = len(str(MAX_INDEX))
+"""Digits of the largest number the grammar reads: a longer one is refused before it is read."""
+_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+)(?::([0-9]+))?)?")
 
 
 @dataclass(frozen=True)
@@ -24,11 +27,7 @@ class Array:
 def parse(text: str) -> Array:
     """An array's indices and limit; ValueError naming what is wrong and the forms taken."""
     body, sep, limit_text = text.strip().partition("%")
-    if sep and not limit_text.isdigit():
-        raise ValueError(f"{text!r}: the limit after % must be a number; write {FORMS}")
-    limit = int(limit_text) if sep else None
-    if limit == 0:
-        raise ValueError(f"{text!r}: %0 would run none; give %1 or more")
+    limit = _limit(limit_text, text) if sep else None
     indices: set[int] = set()
     for part in body.split(","):
         found = _range(part.strip(), text)
@@ -38,12 +37,27 @@ def parse(text: str) -> Array:
     return Array(tuple(sorted(indices)), limit)
 
 
+def _limit(limit_text: str, text: str) -> int:
+    """The K of `%K`: 1 to MAX_ELEMENTS (an array never runs more tasks than it has)."""
+    if re.fullmatch("[0-9]+", limit_text) is None:
+        raise ValueError(f"{text!r}: the limit after % must be a number; write {FORMS}")
+    limit = int(limit_text) if len(limit_text) <= _DIGITS else MAX_ELEMENTS + 1
+    if limit == 0:
+        raise ValueError(f"{text!r}: %0 would run none; give %1 or more")
+    if limit > MAX_ELEMENTS:
+        raise ValueError(f"{text!r}: the limit after % must be 1 to {MAX_ELEMENTS}; write {FORMS}")
+    return limit
+
+
 def _range(part: str, text: str) -> range:
     found = _RANGE.fullmatch(part)
     if found is None:
         raise ValueError(f"{text!r}: {part!r} is not an index or a range; write {FORMS}")
+    numbers = [n for n in found.groups() if n is not None]
+    if any(len(n) > _DIGITS for n in numbers):
+        raise ValueError(f"{text!r}: {part!r} is not a range from low to high (at most {MAX_INDEX:,})")
     first, last, step = int(found[1]), int(found[2] or found[1]), int(found[3] or 1)
-    if last < first or step == 0 or last > MAX_INDEX:
+    if last < first or step == 0 or last > MAX_INDEX or step > MAX_INDEX:
         raise ValueError(f"{text!r}: {part!r} is not a range from low to high (at most {MAX_INDEX:,})")
     return range(first, last + 1, step)
 
