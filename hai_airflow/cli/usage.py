@@ -22,9 +22,14 @@ MOMENT_FORMS = "a date (2026-11-01), a UTC time (2026-11-01T12:00), or a time ag
 def moment(value: str) -> datetime:
     """A window edge as people give one: a date or time (UTC), or a duration ago."""
     try:
-        return datetime.now(UTC) - timedelta(seconds=durations.parse(value))
+        ago = durations.parse(value)
     except ValueError:
         pass
+    else:
+        try:
+            return datetime.now(UTC) - timedelta(seconds=ago)
+        except OverflowError:
+            raise typer.BadParameter(f"{value!r} is before the year 1; give a later time") from None
     try:
         given = datetime.fromisoformat(value)
     except ValueError:

@@ -127,12 +127,17 @@ def days(since: float, until: float) -> list[float]:
 def daily_gpu_hours(
     runs: Sequence[Run], since: float, until: float, by: Callable[[str, str], str]
 ) -> dict[str, list[float]]:
-    """GPU-hours per name and UTC day of [since, until) (one value per `days(since, until)`)."""
+    """GPU-hours per name and UTC day of [since, until) (one value per `days(since, until)`): each run
+    adds to the days it ran on, so the cost is the runs' days, not the window's days times the runs."""
     starts = days(since, until)
     series: dict[str, list[float]] = {}
-    for i, day in enumerate(starts):
-        for a in report([], runs, max(day, since), min(day + DAY, until), by):
-            series.setdefault(a.name, [0.0] * len(starts))[i] = a.gpu_hours
+    for run in runs:
+        row = series.setdefault(by(run.user, run.group), [0.0] * len(starts))
+        begin, end = max(run.started_at, since), min(run.ended_at or until, until)
+        i = max(0, int((begin - starts[0]) // DAY))
+        while i < len(starts) and starts[i] < end:
+            row[i] += run.gpus * overlap(begin, end, starts[i], starts[i] + DAY) / HOUR
+            i += 1
     return dict(sorted(series.items()))
 
 

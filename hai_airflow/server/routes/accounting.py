@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.server import clock
 from hai_airflow.server.accounting import (
+    DAY,
     HOUR,
     Account,
     JobRecord,
@@ -54,6 +55,7 @@ ISO_MOMENT = r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{
 
 
 def _window(
+    ctx: CtxDep,
     since: Annotated[
         str | None,
         Query(
@@ -74,7 +76,23 @@ def _window(
     )
     if start >= end:
         raise ApiError(422, "since must be before until", field="since", fix="Give an earlier --since")
+    _check_length(start, end, ctx.config.limits.usage_window_days)
     return Window(start, end, by, user, group)
+
+
+def _check_length(start: float, end: float, longest_days: int) -> None:
+    """A window is at most `[limits] usage_window_days` long: what one answer costs stays bounded."""
+    asked = (end - start) / DAY
+    if asked <= longest_days:
+        return
+    raise ApiError(
+        422,
+        f"the window from since to until is {asked:,.0f} days; this server answers at most "
+        f"[limits] usage_window_days = {longest_days} days at once",
+        field="since",
+        fix=f"Give a --since and --until at most {longest_days} days apart (ask for a longer span in "
+        f"several windows), or ask the platform admin to raise [limits] usage_window_days",
+    )
 
 
 def _moment(text: str, field: str) -> float:
