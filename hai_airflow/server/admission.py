@@ -37,6 +37,13 @@ def parse_spec(row: JobRow | KeptJob) -> AnySpec:
     return _SPEC.validate_json(row.spec)
 
 
+def granted_grace(spec: AnySpec, longest: int) -> int:
+    """The grace a job gets between the stop notice and the kill: its own (`--grace`, or the elastic
+    default), at most `[limits] max_grace_seconds` (`longest`), so a victim delays its preemptor no
+    longer than the platform allows."""
+    return min(spec.effective_grace_seconds, longest)
+
+
 @dataclass(frozen=True)
 class NewInstance:
     """An admitted job's new instance as recorded (the job STARTING) before the backend is asked."""
@@ -93,7 +100,7 @@ def claim(
         work_dir = ctx.jobs_dir(job.id) / "instances" / str(inst.id)
         inst.work_dir, inst.log_path = str(work_dir), str(work_dir / "output.log")
         inst.model_dir = str(saves_to)
-        inst.grace_seconds = spec.effective_grace_seconds
+        inst.grace_seconds = granted_grace(spec, ctx.config.limits.max_grace_seconds)
         array = None if job.array_id is None or job.array_index is None else (job.array_id, job.array_index)
         env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint, array)
         news.append(NewInstance((job, inst), spec, d, env, work_dir))
@@ -141,7 +148,7 @@ def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
         log_path=new.work_dir / "output.log",
         work_dir=new.work_dir,
         storages={sid: ctx.storages[sid] for sid in spec.project_storage},
-        grace_seconds=spec.effective_grace_seconds,
+        grace_seconds=granted_grace(spec, ctx.config.limits.max_grace_seconds),
         paths=rules,
         git_schemes=ctx.config.git.schemes,
     )

@@ -6,19 +6,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow import durations
 from hai_airflow.backends.base import Backend
 from hai_airflow.scheduling.model import Admit, Decision, Grow, Reject, Reserve, Shrink, Suspend, Wait
 from hai_airflow.scheduling.resize import resizing
-from hai_airflow.server import admission, by_id, clock, lease, transitions
+from hai_airflow.server import admission, by_id, carryover, clock, lease, tokens, transitions
 from hai_airflow.server.admission import parse_spec
 from hai_airflow.server.context import ServerContext
-from hai_airflow.server.dependencies import verdict, within_slots
+from hai_airflow.server.dependencies import verdict, waited_tasks, waits_over, within_slots
 from hai_airflow.server.follow import Kept
 from hai_airflow.server.holds import held_by
 from hai_airflow.server.kept import KeptInstance, KeptJob
@@ -27,6 +26,7 @@ from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import JobState
 
 log = logging.getLogger("hai.server.controller")
+LOCAL_BACKEND = "local"
 
 CANCEL_GRACE_SECONDS = 3
 """How long a cancelled running job has to exit before it is killed."""
@@ -70,6 +70,15 @@ class Decided:
         self.admits = []
 
 
+def job_server(ctx: ServerContext, backend: str) -> str | None:
+    """`HAI_SERVER` of the jobs `backend` starts: the address this server listens on (as loopback when
+    it listens on every interface) for a local job, which runs on this machine; `[server] job_url` for
+    a container's or a pod's, None while the admin has not set it (the job then has no HAI_SERVER)."""
+    if backend == LOCAL_BACKEND:
+        return ctx.listen_url
+    return ctx.config.server.job_url
+
+
 def _reason(jobs: Mapping[int, KeptJob], job_id: int) -> str | None:
     """Why the job waits, as stored (None for a job not kept)."""
     job = jobs.get(job_id)
@@ -104,7 +113,7 @@ class PlanApplier:
                 changed = True
             elif not row.cancel_requested and row.held and running and inst is not None:
                 spec = parse_spec(row)
-                self._stop(row, inst, "hold", spec.effective_grace_seconds, spec.elastic, held_by(row))
+                self._stop(row, inst, "hold", self._grace(spec), spec.elastic, held_by(row))
                 changed = True
         if changed:
             self.ctx.changed.notify()
@@ -123,7 +132,7 @@ class PlanApplier:
             if row.state == JobState.RUNNING and inst is not None and inst.handle and inst.stop_kind is None:
                 spec = parse_spec(row)
                 reason = f"reached its time limit of {durations.text(limit)}"
-                self._stop(row, inst, "timeout", spec.effective_grace_seconds, spec.elastic, reason)
+                self._stop(row, inst, "timeout", self._grace(spec), spec.elastic, reason)
                 changed = True
             elif row.state == JobState.SUSPENDED:
                 with self.write() as s:
@@ -138,16 +147,14 @@ class PlanApplier:
     def release(self, kept: Kept, now: float) -> bool:
         """Jobs waiting for others whose wait is over: released to the planner, or cancelled when a job
         that had to succeed did not (`dependencies.verdict`). True when one changed."""
-        ended = [j for j, w in kept.blocked.items() if not any(i in kept.jobs for i in w.ids)]
-        ready = within_slots(ended, kept.blocked, kept.jobs)
+        ready = within_slots(waits_over(kept.blocked, kept.jobs), kept.blocked, kept.jobs)
         if not ready:
             return False
         with self.write() as s:
-            waited = {i for j in ready for i in kept.blocked[j].ids}
-            rows = s.execute(select(JobRow.id, JobRow.state).where(JobRow.id.in_(waited)))
-            states = {job_id: state for job_id, state in rows}
+            waited = waited_tasks(s, {i for j in ready for i in kept.blocked[j].ids})
             for job_id in sorted(ready):
-                job, decided = s.get(JobRow, job_id), verdict(kept.blocked[job_id], states)
+                job = s.get(JobRow, job_id)
+                decided = verdict(kept.blocked[job_id], waited.states, waited.tasks)
                 if job is None or decided is None or not job.blocked or job.state != JobState.PENDING:
                     continue
                 job.blocked = False
@@ -158,6 +165,10 @@ class PlanApplier:
                     transitions.move(s, job, JobState.CANCELLED, "cancelled", decided.reason, now)
         self.ctx.changed.notify()
         return True
+
+    def _grace(self, spec: admission.AnySpec) -> int:
+        """The grace this job's instance gets after the notice (`admission.granted_grace`)."""
+        return admission.granted_grace(spec, self.ctx.config.limits.max_grace_seconds)
 
     def _stop(
         self,
@@ -223,7 +234,7 @@ class PlanApplier:
         if row is None or inst is None or row.state != JobState.RUNNING or not inst.handle or inst.stop_kind:
             return
         spec = parse_spec(row)
-        self._stop(row, inst, "preempt", spec.effective_grace_seconds, spec.elastic, d.reason, d.preemptor_id)
+        self._stop(row, inst, "preempt", self._grace(spec), spec.elastic, d.reason, d.preemptor_id)
         log.info("suspending job %d for job %d", d.job_id, d.preemptor_id)
 
     def _resize(self, view: StoreView, d: Shrink | Grow) -> None:
@@ -232,7 +243,7 @@ class PlanApplier:
         row, inst = view.jobs.get(d.job_id), view.current.get(d.job_id)
         if row is None or inst is None or row.state != JobState.RUNNING or not inst.handle or inst.stop_kind:
             return
-        grace = parse_spec(row).effective_grace_seconds
+        grace = self._grace(parse_spec(row))
         with self.write() as s:
             job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
             if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
@@ -245,15 +256,29 @@ class PlanApplier:
     # ---- starting -----------------------------------------------------------------------------
 
     def _claim(self, s: Session, view: StoreView, admits: list[Admit]) -> list[admission.NewInstance]:
-        """Claim the admitted jobs the view knows (`admission.claim`): their new instances."""
+        """Claim the admitted jobs the view knows (`admission.claim`): their new instances, each with
+        its job credential (its hash committed with the claim) and the server's address for jobs."""
         known = [d for d in admits if d.job_id in view.jobs]
         rows = by_id.rows(s, JobRow, [d.job_id for d in known])
         wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
-        return admission.claim(s, self.ctx, wave, self.ctx.holder_id)
+        news = admission.claim(s, self.ctx, wave, self.ctx.holder_id)
+        server = job_server(self.ctx, self.backend.name)
+        return [self._credited(new, server) for new in news]
+
+    def _credited(self, new: admission.NewInstance, server: str | None) -> admission.NewInstance:
+        """The new instance with a fresh job credential: the store keeps its keyed hash on the instance
+        row, the launch carries the token to the backend, and nothing else ever sees it."""
+        token = tokens.new_token()
+        new.rows[1].credential_hash = tokens.token_hash(self.ctx.store.token_key, token)
+        return replace(new, job=replace(new.job, server=server, credential=token))
 
     def _start(self, news: list[admission.NewInstance]) -> None:
         """Launch the claimed instances, then record the outcomes in one transaction: a wave of starts
         costs two commits (with the claim's), not two per job."""
+        news, notes = carryover.carried_over(self.ctx, news)
+        for new in news:
+            if (note := unused_image(self.backend.name, new.spec)) is not None:
+                notes.setdefault(new.instance_id, []).append(note)
         started = [(new, *admission.launch(self.ctx, self.backend, new)) for new in news]
         try:
             with self.write() as s:
@@ -263,6 +288,8 @@ class PlanApplier:
                     # committed in what the outcome writes (a cancel or a hold sets other columns).
                     job, inst = new.rows
                     s.add_all(new.rows)
+                    for note in notes.get(new.instance_id, ()):
+                        transitions.event(s, job, "note", note, now)
                     if handle is None:
                         transitions.start_failed(s, job, inst, failure or "unknown error", now)
                     else:
@@ -277,3 +304,12 @@ class PlanApplier:
             if handle is not None:
                 self.ctx.metrics.admitted(new.job.resume)
         self.ctx.changed.notify()
+
+
+def unused_image(backend: str, spec: admission.AnySpec) -> str | None:
+    """The note for a job that names an image the local backend runs without (`local`, the spec's
+    default, names none)."""
+    images = {spec.image, getattr(spec, "worker_image", None) or spec.image} - {"local"}
+    if backend != "local" or not images:
+        return None
+    return f"the local backend runs commands on this machine; image {', '.join(sorted(images))} is not used"

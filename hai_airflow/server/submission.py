@@ -19,7 +19,7 @@ from hai_airflow import labels as label_rules
 from hai_airflow.scheduling.model import WAITING, Quota
 from hai_airflow.scheduling.quota import QuotaVerdict, judge
 from hai_airflow.server import auth, changes, clock, dependencies
-from hai_airflow.server.admission import parse_spec
+from hai_airflow.server.admission import AnySpec, parse_spec
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
@@ -192,6 +192,43 @@ def check_quota(
     _require_quota(session, user, group, gpus, exclude)
 
 
+def waiting_jobs(session: Session, users: Collection[str], exclude: Collection[int] = ()) -> dict[str, int]:
+    """How many jobs each of `users` has waiting (queued, suspended, held or waiting for other jobs:
+    the WAITING states), in one query; `exclude` are jobs stored by this submit, not counted yet."""
+    query = select(JobRow.user_name, func.count()).where(
+        JobRow.user_name.in_(sorted(users)), JobRow.state.in_(WAITING)
+    )
+    if exclude:
+        query = query.where(JobRow.id.not_in(exclude))
+    counts = dict.fromkeys(users, 0)
+    counts.update({user: int(n) for user, n in session.execute(query.group_by(JobRow.user_name))})
+    return counts
+
+
+def too_many_waiting(ctx: ServerContext, user: str, waiting: int, adding: int) -> ApiError | None:
+    """The refusal (429) when `adding` more jobs would take `user`'s waiting jobs past
+    `[limits] pending_jobs_per_user`; None within it."""
+    cap = ctx.config.limits.pending_jobs_per_user
+    if waiting + adding <= cap:
+        return None
+    tasks = f"{adding:,} more tasks" if adding != 1 else "one more task"
+    return ApiError(
+        429,
+        f"{user} has {waiting:,} tasks waiting to start; {tasks} would pass "
+        f"[limits] pending_jobs_per_user = {cap:,}",
+        field=None,
+        fix="Wait for some of your waiting tasks to start, or cancel those you no longer need "
+        "(`hai task --state PENDING`, `hai cancel`); the platform admin sets the limit",
+    )
+
+
+def _lock_waiting_counts(ctx: ServerContext, session: Session, groups: Collection[str]) -> None:
+    """Serialize the pending-jobs check of these groups' users with other transactions that store
+    jobs, each group once and in one order (no deadlock), as the quota check does."""
+    for group in sorted(set(groups)):
+        ctx.store.lock_group(session, group)
+
+
 def _existing(session: Session, caller: Caller, key: str) -> JobRow | None:
     """The caller's job submitted with `key`, if any: a client_key names a job among its owner's jobs only."""
     return session.scalar(select(JobRow).where(JobRow.user_name == caller.name, JobRow.client_key == key))
@@ -281,7 +318,8 @@ class _Checked:
 
 def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     """What a submit refers to and resolves to, checked before any transaction (422 when wrong)."""
-    caller, spec = submit.caller, submit.request.spec
+    caller, longest = submit.caller, ctx.config.limits.max_grace_seconds
+    spec, cut = _grace_within(submit.request.spec, longest)
     check_references(ctx, caller, spec)
     res = resolve_resources(ctx, spec)
     if is_high(spec.max_schedule) and not holds_high_priority(spec.max_schedule, res.gpus):
@@ -329,13 +367,23 @@ def _check(ctx: ServerContext, submit: Submit, now: float) -> _Checked:
     what = f"{res.gpus} x {res.gpu_type} GPUs" if res.gpus else "CPU only"
     by = f", submitted by {caller.actor}" if caller.via else ""
     kind, actor = "submitted", caller.name
-    reason = f"{spec.mode} job, {what}, {priority_class(spec.max_schedule)} priority{by}"
+    reason = f"{spec.mode} job, {what}, {priority_class(spec.max_schedule)} priority{by}{cut}"
     if requeue is not None:
         kind, actor = "requeued", requeue.by.name
         reason += f"; requeued from task {requeue.job_id} by {requeue.by.actor}, {requeue.how()}"
     event = {"at": now, "kind": kind, "from_state": None, "to_state": JobState.PENDING, "reason": reason,
              "actor": actor}
     return _Checked(submit, values, event, is_high(spec.max_schedule), res.gpus)
+
+
+def _grace_within(spec: AnySpec, longest: int) -> tuple[AnySpec, str]:
+    """The spec as stored, its grace cut to `[limits] max_grace_seconds` (`longest`), so the job's page
+    shows the grace it gets; and the submit event's note of the cut ('' when none)."""
+    asked = spec.effective_grace_seconds
+    if asked <= longest:
+        return spec, ""
+    note = f"; its grace of {asked} s is cut to [limits] max_grace_seconds = {longest} s"
+    return spec.model_copy(update={"grace_seconds": longest}), note
 
 
 def _known(s: Session, checked: _Checked) -> Outcome:
@@ -371,15 +419,21 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
     inserted = set(s.scalars(_INSERT_JOB[ctx.store.dialect], rows))
     judged = [(job_id, c) for job_id, c in zip(ids, batch, strict=True) if c.high and job_id in inserted]
     high = [job_id for job_id, _ in judged]
-    for group in sorted({c.submit.caller.group for _, c in judged}):
-        # Each group once, in one order, so that batches of other servers cannot deadlock.
-        ctx.store.lock_group(s, group)
+    new = [(job_id, c) for job_id, c in zip(ids, batch, strict=True) if job_id in inserted]
+    # Each group once, in one order, so that batches of other servers cannot deadlock.
+    _lock_waiting_counts(ctx, s, {c.submit.caller.group for _, c in new})
+    waiting = waiting_jobs(s, {c.submit.caller.name for _, c in new}, [job_id for job_id, _ in new])
     outcomes: list[Outcome] = []
     events: list[dict[str, Any]] = []
     judging = 0  # the position in `high` of the next high-priority job judged
     for job_id, checked in zip(ids, batch, strict=True):
         if job_id not in inserted:
             outcomes.append(_known(s, checked))
+            continue
+        owner = checked.submit.caller.name
+        if (over := too_many_waiting(ctx, owner, waiting[owner], 1)) is not None:
+            _unmake(s, job_id)
+            outcomes.append(over)
             continue
         if checked.high:
             caller = checked.submit.caller
@@ -389,10 +443,10 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
             try:
                 _require_quota(s, caller.name, caller.group, checked.gpus, unjudged)
             except ApiError as refusal:
-                changes.jobs_changed(s, [job_id], feed=False)  # made and removed unseen
-                s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
+                _unmake(s, job_id)
                 outcomes.append(refusal)
                 continue
+        waiting[owner] += 1
         events.append({"job_id": job_id, **checked.event})
         if checked.submit.requeue is not None:
             events.append(checked.submit.requeue.old_event(job_id, checked.values["submitted_at"]))
@@ -402,6 +456,12 @@ def _store(ctx: ServerContext, s: Session, batch: list[_Checked]) -> list[Outcom
     if events:
         s.execute(_INSERT_EVENT, events)
     return outcomes
+
+
+def _unmake(s: Session, job_id: int) -> None:
+    """Remove a job this transaction inserted and then refused: made and removed unseen."""
+    changes.jobs_changed(s, [job_id], feed=False)
+    s.execute(delete(_JOBS).where(_JOBS.c.id == job_id))
 
 
 def _store_all(ctx: ServerContext, checked: list[_Checked]) -> list[Outcome]:
@@ -441,8 +501,11 @@ def submit_array(ctx: ServerContext, submit: Submit) -> tuple[JobView, bool]:
             # The same key won a race meanwhile: none of this array is kept; the retry finds it.
             raise ApiError(409, "an array with this client_key was just made", field="client_key",
                            fix="Submit again with the same key to get its first task")  # fmt: skip
+        ctx.store.lock_group(s, caller.group)  # the pending-jobs count, and the quota of a high array
+        waiting = waiting_jobs(s, [caller.name], ids)[caller.name]
+        if (over := too_many_waiting(ctx, caller.name, waiting, len(ids))) is not None:
+            raise over  # the transaction is rolled back: none of the array is kept
         if checked.high:
-            ctx.store.lock_group(s, caller.group)
             _require_quota(s, caller.name, caller.group, checked.gpus * len(ids), ids)
         where = f"; task {{}} of array {ids[0]}: {arrays.describe(array)}"
         events = [{"job_id": r["id"], **checked.event} for r in rows]
