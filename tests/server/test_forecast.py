@@ -11,7 +11,7 @@ import pytest
 from hai_airflow.scheduling.model import Snapshot, Wait
 from hai_airflow.scheduling.runtime import RuntimeHistory
 from hai_airflow.server.forecaster import Forecaster, Offer
-from hai_airflow.server.forecasting import QueueForecast
+from hai_airflow.server.forecasting import GRAIN_SECONDS, QueueForecast
 from hai_airflow.server.runtimes import recent_runs
 from tests.scheduling.builders import job
 from tests.server.conftest import Api
@@ -48,13 +48,16 @@ def test_queue_and_job_views_show_the_forecast_masked_for_others(api: Api) -> No
     controller.forecaster.refresh()
     assert api.ctx.forecast is not None
 
+    # It starts when alice's job reaches its time limit at the latest; that limit is alice's to know:
+    # dave sees neither the source nor the exact time, only the quarter-hour.
     own = _entry(api, "dave", second["id"])["forecast"]
-    assert own["source"] == "limit"  # it starts when alice's job reaches its time limit at the latest
-    assert time.time() + 3500 < _at(own["start_at"]) <= time.time() + 3600
+    assert own["source"] is None
+    assert _at(own["start_at"]) % GRAIN_SECONDS == 0
+    assert time.time() + 3500 < _at(own["start_at"]) <= time.time() + 3600 + GRAIN_SECONDS
 
     other = _entry(api, "alice", second["id"])
     assert other["job"]["visibility"] == "other"
-    assert other["forecast"]["start_at"] == own["start_at"]
+    assert time.time() + 3500 < _at(other["forecast"]["start_at"]) <= _at(own["start_at"])
     assert {k for k, v in other["forecast"].items() if v is not None} == {"start_at", "horizon", "at"}
 
     # A job that waits anyway on a settled cluster is not planned, yet it is forecast too.
@@ -67,7 +70,7 @@ def test_queue_and_job_views_show_the_forecast_masked_for_others(api: Api) -> No
 
     running = api.job(first["id"], "alice")["forecast"]
     assert running["source"] == "limit" and running["start_at"] is None
-    assert _at(running["end_at"]) == pytest.approx(_at(own["start_at"]), abs=1)
+    assert _at(running["end_at"]) == pytest.approx(_at(other["forecast"]["start_at"]), abs=1)
 
 
 def test_a_failing_forecaster_never_stops_scheduling(api: Api) -> None:

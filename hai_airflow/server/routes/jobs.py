@@ -198,7 +198,7 @@ def get_job(job_id: StoreId, ctx: CtxDep, caller: CallerDep) -> JobDetailView:
     latest = ctx.forecast
     if latest is None or detail.state in TERMINAL_STATES:
         return detail
-    return detail.model_copy(update={"forecast": latest.view(job_id, full=True)})
+    return detail.model_copy(update={"forecast": latest.view(job_id, full=True, sees=caller.may_see)})
 
 
 @router.get("/jobs/{job_id}/instances")
