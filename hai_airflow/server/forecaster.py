@@ -1,6 +1,6 @@
 """The forecaster: a background thread that forecasts the queue from what the controller last planned,
-never on the controller's path. The controller only hands it references (`offer`); a failure here is
-logged and counted, and scheduling goes on."""
+never on the controller's path. The controller only hands it references (`offer`), and the last plan
+stays here for the queue view; a failure here is logged and counted, and scheduling goes on."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ class Forecaster:
         self.budget_seconds = budget_seconds
         self.compute = compute if compute is not None else self._forecast
         self.latest: QueueForecast | None = None
+        self.planned: Offer | None = None
+        """The controller's last plan (an offer with its decisions): the queue view (`queue.current_plan`)
+        is read from it, never planned again per request."""
         self.failures = 0
         self._offer: Offer | None = None
         self._wake = threading.Event()
@@ -79,6 +82,8 @@ class Forecaster:
         free. Only takes references (and shallow copies of the maps): it costs the controller next to
         nothing."""
         self._offer = Offer(snapshot, dict(rows), dict(current), clock.now(), decisions)
+        if decisions is not None:
+            self.planned = self._offer
         self._wake.set()
 
     def start(self) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
@@ -117,10 +117,10 @@ def _no_such_node(name: str) -> ApiError:
     return not_found("node", name, fix="See the nodes with `hai nodes`")
 
 
-@router.get("/queue")
-def get_queue(ctx: CtxDep, caller: CallerDep) -> list[QueueEntryView]:
-    with ctx.store.read() as s:
-        return queue.queue_entries(s, ctx.config.server.policy, caller, forecast=ctx.forecast)
+@router.get("/queue", response_model=list[QueueEntryView])
+async def get_queue(ctx: CtxDep, caller: CallerDep) -> Response:
+    """The waiting jobs in the order the controller's last plan serves them (`queue.queue_json`)."""
+    return Response(await queue.queue_json(ctx, caller), media_type="application/json")
 
 
 @router.get("/quota")
