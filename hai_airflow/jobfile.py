@@ -15,7 +15,7 @@ from hai_airflow.spec import JobSpec
 
 # ---- writing --------------------------------------------------------------------------------
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole key only: fullmatch, never `$` (which passes "A\n")
 _RESOLVER = yaml.resolver.Resolver()
 _STR_TAG = "tag:yaml.org,2002:str"
 _UNSAFE_IN_QUOTES = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
@@ -41,7 +41,7 @@ def _yaml_scalar(value: object) -> str:
 def _yaml_key(key: str) -> str:
     # Plain only where every reader takes it back as this string: `NO`, `on` or `null` are not.
     plain = (
-        _PLAIN_KEY.match(key)
+        _PLAIN_KEY.fullmatch(key)
         and key.lower() not in ("y", "n")
         and _RESOLVER.resolve(yaml.ScalarNode, key, (True, False)) == _STR_TAG
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from hai_airflow.jobfile import job_file, read_yaml, to_yaml
@@ -19,6 +19,7 @@ JSON_SHAPED = st.recursive(SCALARS, lambda inner: st.lists(inner) | st.dictionar
 
 
 @given(JSON_SHAPED)
+@example({"A\n": None})  # a plain-looking key with a trailing newline
 def test_yaml_reads_back_what_to_yaml_writes(payload: Any) -> None:
     # Keys such as NO or on, numbers such as 1e-05, text with U+2028 or U+0085 included.
     assert yaml.safe_load(to_yaml(payload)) == payload
