@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 HALF_LIFE_SECONDS = 7 * 86400.0
@@ -72,3 +72,29 @@ class FairShare:
     def term(self, user: str) -> float:
         """Seconds the fair share adds to a low-priority job of this user's weight."""
         return self.terms.get(user, FAIR_SHARE_SECONDS)
+
+
+MEASURE_SECONDS = 10.0
+"""Callers measure recent use at most this often (the server from its store, the simulator on its
+clock): two small queries on the server; ten seconds of use move a week-long figure by little."""
+
+
+@dataclass(slots=True)
+class UseLedger:
+    """Each user's use of the runs that ended, decayed to when it was last added to, kept run by run; with
+    the runs still going, `measure` gives the `FairShare` (what the simulator keeps from its events)."""
+
+    ended: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """User -> (use, the moment it is counted at)."""
+
+    def run_ended(self, user: str, rate: float, start: float, end: float) -> None:
+        """A run charged `rate` GPU-seconds a second over [start, end) ended."""
+        use, at = self.ended.get(user, (0.0, end))
+        self.ended[user] = (decayed(use, at, end) + run_use(rate, start, end, end), end)
+
+    def measure(self, running: Iterable[tuple[str, float, float]], now: float) -> FairShare:
+        """The users' recent use at `now`: the ended runs', and of `running` (user, rate, start)."""
+        use = {user: decayed(value, at, now) for user, (value, at) in self.ended.items()}
+        for user, rate, start in running:
+            use[user] = use.get(user, 0.0) + run_use(rate, start, now, now)
+        return FairShare(use)

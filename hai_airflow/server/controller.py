@@ -23,6 +23,7 @@ from hai_airflow.server.follow import Kept, StoreFollower
 from hai_airflow.server.forecaster import Forecaster
 from hai_airflow.server.keeper import Keeper
 from hai_airflow.server.outage import STORE_UNAVAILABLE, Outage
+from hai_airflow.server.recent_use import UseMeter
 from hai_airflow.server.scanner import CheckpointScanner
 from hai_airflow.server.snapshot import StoreView
 from hai_airflow.server.tables import InstanceRow
@@ -66,6 +67,8 @@ class Controller:
         """Set after a plan that only made jobs wait: until the next event, a cycle does not plan."""
         self.forecaster = Forecaster(ctx.store)
         ctx.forecaster = self.forecaster
+        self.use = UseMeter(ctx.store)
+        """The users' recent use, for the fair-share term of low jobs' weight."""
 
     @property
     def follower(self) -> StoreFollower:
@@ -222,6 +225,7 @@ class Controller:
         kept, whole = self.keeper.read()
         if whole:
             self.settled = None  # a new state counts its events afresh
+        self.use.measure(kept.state, clock.now())
         return kept
 
     # ---- restart safety -----------------------------------------------------------------------
