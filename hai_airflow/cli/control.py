@@ -122,13 +122,18 @@ def requeue(
     task_id: TaskIdFlags = None,
     fresh: Annotated[
         bool,
-        typer.Option("--fresh", help="Start from scratch instead of the task's latest checkpoint."),
+        typer.Option(
+            "--fresh",
+            help="Start from scratch, in an empty model dir, instead of from the task's latest "
+            "checkpoint and the files of its model dir.",
+        ),
     ] = False,
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
     """Run failed, cancelled or timed-out tasks again: each as a new task with the same spec, owner and
-    quota checks, resuming from its latest checkpoint (`hai requeue 12`, `hai requeue 12 --fresh`)."""
+    quota checks, resuming from its latest checkpoint, its model dir's files carried over into the new
+    task's own (`hai requeue 12`, `hai requeue 12 --fresh`)."""
     chosen = task_ids(ids, task_id, "requeue")
 
     def line(job: JobView) -> str:

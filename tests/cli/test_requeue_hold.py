@@ -78,7 +78,8 @@ def test_a_failed_task_runs_again_from_its_checkpoint_or_afresh(
     assert "resume 1 from step 3" in went_on and "reached step 6" in went_on
     assert "resume 0 from step 0" in log_of(hai, alice, new_fresh)
     (first,) = json_out(hai("instance", "--task-id", str(new), "--json", env=alice))
-    assert first["resume"] is True and first["checkpoint"] == saved
+    # It resumed from that checkpoint as carried over into its own model dir (`carryover`).
+    assert first["resume"] is True and first["checkpoint"] == saved.replace(f"/{resumed}/", f"/{new}/")
 
     # Linked both ways: the new task names the old, the old one's last event the new; the old stays FAILED.
     detail = json_out(hai("task", str(new), "--json", env=alice))

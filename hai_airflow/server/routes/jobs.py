@@ -70,7 +70,9 @@ class RequeueRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     fresh: bool = Field(
-        default=False, description="Start from scratch instead of the ended job's latest checkpoint."
+        default=False,
+        description="Start from scratch, in an empty model dir, instead of from the ended job's latest "
+        "checkpoint and its model dir's files (carried over into the new job's own).",
     )
 
 
