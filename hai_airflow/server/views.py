@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
+from typing import Any
 
 from hai_airflow.server.snapshot import placement_from_json
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
@@ -26,6 +28,40 @@ def _placement(text: str | None) -> tuple[WorkerPlacementView, ...]:
     return tuple(WorkerPlacementView(node=w.node, gpus=w.gpus) for w in placement_from_json(text))
 
 
+SECRET_NAME = re.compile("TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
+"""An `env` name that names a secret: its value is never shown, to anyone, in any view of the job."""
+MASK = "<masked>"
+"""What a view shows instead of a secret `env` value (the job itself gets the real one)."""
+
+
+def masked_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec as every view shows it: the values of `env` keys that name a secret masked."""
+    env = spec.get("env")
+    if not env:
+        return spec
+    shown = {k: MASK if SECRET_NAME.search(k) else v for k, v in env.items()}
+    return {**spec, "env": shown}
+
+
+MASKED_IN_TEXT = 3
+"""The shortest secret value masked inside an event's text too; a shorter one ('1', 'no') would
+mask every such character of the text, and is no secret anyway."""
+
+
+def _secrets(spec: dict[str, Any]) -> list[str]:
+    """A spec's secret `env` values to mask in text, longest first (one inside another masked whole)."""
+    env = spec.get("env") or {}
+    found = {v for k, v in env.items() if len(v) >= MASKED_IN_TEXT and SECRET_NAME.search(k)}
+    return sorted(found, key=len, reverse=True)
+
+
+def masked_text(text: str, secrets: list[str]) -> str:
+    """`text` (an event's reason) with each secret value in it masked."""
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return text
+
+
 def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str, object]:
     runtime = row.seconds_run(current, now)
     return {
@@ -42,7 +78,7 @@ def job_fields(row: JobRow, current: InstanceRow | None, now: float) -> dict[str
         "workers": row.workers,
         "min_workers": row.min_workers,
         "size": row.current_workers,
-        "spec": json.loads(row.spec),
+        "spec": masked_spec(json.loads(row.spec)),
         "submitted_at": when(row.submitted_at),
         "started_at": when(row.started_at),
         "ended_at": when(row.ended_at),
@@ -84,7 +120,8 @@ def other_job_view(row: JobRow) -> OtherJobView:
     )
 
 
-def event_view(e: EventRow) -> EventView:
+def event_view(e: EventRow, secrets: list[str] | None = None) -> EventView:
+    """An event as shown; with the job's `secrets`, none of them appears in its reason."""
     return EventView(
         id=e.id,
         job_id=e.job_id,
@@ -92,14 +129,15 @@ def event_view(e: EventRow) -> EventView:
         kind=e.kind,
         from_state=e.from_state,
         to_state=e.to_state,
-        reason=e.reason,
+        reason=masked_text(e.reason, secrets or []),
         actor=e.actor,
     )
 
 
 def job_detail(row: JobRow, current: InstanceRow | None, events: list[EventRow], now: float) -> JobDetailView:
     fields = job_fields(row, current, now)
-    fields["events"] = tuple(event_view(e) for e in events)
+    secrets = _secrets(json.loads(row.spec))
+    fields["events"] = tuple(event_view(e, secrets) for e in events)
     return JobDetailView.model_validate(fields)
 
 
