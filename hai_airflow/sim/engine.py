@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hai_airflow.scheduling import high_priority_allowed, plan
+from hai_airflow.scheduling.fairshare import MEASURE_SECONDS, UseLedger, charge_rate
 from hai_airflow.scheduling.model import (
     Admit,
     Decision,
@@ -69,6 +70,7 @@ class SimRun:
     policy: str
     nodes: tuple[Node, ...]
     outcomes: tuple[JobOutcome, ...]
+    fair_share: bool
     cycle_seconds: tuple[float, ...]
     wall_seconds: float
 
@@ -116,6 +118,8 @@ class Simulator:
     :param observe: called with each cycle's time and decisions (before they are applied).
     :param before: called with each event time before its events are applied: the state seen then
         (`snapshot`, `seconds_run`) is the one the previous cycle left, unchanged since.
+    :param fair_share: order low jobs with the fair-share term, from each user's use as the simulator
+        records it (measured every `fairshare.MEASURE_SECONDS`, as the server does); False: without it.
     """
 
     def __init__(
@@ -128,6 +132,7 @@ class Simulator:
         progress: Callable[[float, int], None] | None = None,
         observe: Callable[[float, Sequence[Decision]], None] | None = None,
         before: Callable[[float], None] | None = None,
+        fair_share: bool = True,
     ):
         if min(checkpoint_interval, suspend_delay, cycle_interval) < 0:
             raise ValueError("checkpoint_interval, suspend_delay and cycle_interval must be >= 0")
@@ -139,6 +144,10 @@ class Simulator:
         self.progress = progress
         self.observe = observe
         self.before = before
+        self.fair_share = fair_share
+        self._use = UseLedger()
+        """Each user's use of the ended runs, for the fair-share term."""
+        self._measured_at: float | None = None
         self._finished = 0
         self._next_tick: float | None = None
         self._nodes = {n.name: n for n in trace.nodes}
@@ -198,6 +207,7 @@ class Simulator:
             policy=self.policy,
             nodes=self.trace.nodes,
             outcomes=tuple(self._outcomes),
+            fair_share=self.fair_share,
             cycle_seconds=tuple(self._cycles),
             wall_seconds=time.perf_counter() - started,
         )
@@ -234,6 +244,7 @@ class Simulator:
     def _cycle(self, now: float) -> None:
         """1. bring checkpoints up to `now`; 2. snapshot; 3. plan (timed); 4. apply the decisions."""
         self._refresh_checkpoints(now)
+        self._measure_use(now)
         began = time.perf_counter()
         decisions = plan(self._state.snapshot(), now, self._state.usage)
         self._cycles.append(time.perf_counter() - began)
@@ -250,6 +261,18 @@ class Simulator:
                 self._reject(decision)
             elif isinstance(decision, Shrink | Grow):
                 self._resize(decision, now)
+
+    def _measure_use(self, now: float) -> None:
+        """Hand the cluster state the users' recent use, at most every MEASURE_SECONDS."""
+        if not self.fair_share or (
+            self._measured_at is not None and now - self._measured_at < MEASURE_SECONDS
+        ):
+            return
+        self._measured_at = now
+        running = (
+            (lv.out.job.user, _charge(lv), lv.run_started_at) for lv in self._live.values() if lv.placement
+        )
+        self._state.use_measured(self._use.measure(running, now))
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -432,6 +455,7 @@ class Simulator:
             self._free[worker.node].update(worker.gpus)
         held = len(live.placement) * live.out.job.gpus_per_worker
         live.out.gpu_seconds += (now - live.run_started_at) * held
+        self._use.run_ended(live.out.job.user, _charge(live), live.run_started_at, now)
         live.out.run_seconds += now - live.run_started_at
         live.placement = ()
 
@@ -477,6 +501,12 @@ class Simulator:
         return verdict.allowed
 
 
+def _charge(live: _Live) -> float:
+    """GPU-seconds a second the job's run is charged for the fair share, at the workers it holds."""
+    job, workers = live.out.job, len(live.placement)
+    return charge_rate(workers * job.gpus_per_worker, workers * job.cpus)
+
+
 def _work_done(job: TraceJob, size: int, seconds: float) -> float:
     """Seconds of the job's work (its duration at all its workers) done in `seconds` at `size` workers."""
     return seconds if size == job.workers else seconds * size / job.workers
@@ -511,6 +541,9 @@ def simulate(
     suspend_delay: float = 0.0,
     cycle_interval: float = 0.0,
     progress: Callable[[float, int], None] | None = None,
+    fair_share: bool = True,
 ) -> SimRun:
     """Replay `trace` under `policy` until every job has finished or can go no further."""
-    return Simulator(trace, policy, checkpoint_interval, suspend_delay, cycle_interval, progress).run()
+    return Simulator(
+        trace, policy, checkpoint_interval, suspend_delay, cycle_interval, progress, fair_share=fair_share
+    ).run()

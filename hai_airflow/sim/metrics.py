@@ -32,6 +32,7 @@ class SimSummary(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     policy: str = figure("Planner policy the trace was replayed under.")
+    fair_share: bool = figure("Whether low-priority jobs were ordered with the fair-share term.")
     jobs: int = figure("Jobs in the trace.")
     jobs_finished: int = figure("Jobs that ran to completion.")
     jobs_unfinished: int = figure("Jobs still waiting when nothing else could happen.")
@@ -48,6 +49,16 @@ class SimSummary(BaseModel):
     )
     low_queue_p50_s: float | None = figure("Low priority: median seconds from submission to first start.")
     low_queue_p95_s: float | None = figure("Low priority: 95th percentile queueing seconds.")
+    low_user_median_min_s: float | None = figure(
+        "Low priority, per user: the lowest of the users' median queueing seconds."
+    )
+    low_user_median_max_s: float | None = figure(
+        "Low priority, per user: the highest of the users' median queueing seconds."
+    )
+    low_user_mean_jain: float | None = figure(
+        "Low priority, per user: Jain's fairness index of the users' mean queueing seconds (1 = all equal, "
+        "1/users = one user does all the waiting)."
+    )
     jct_p50_s: float | None = figure("Median job completion time (submission to completion), seconds.")
     jct_p95_s: float | None = figure("95th percentile job completion time, seconds.")
     low_jct_p50_s: float | None = figure("Low priority: median job completion time, seconds.")
@@ -64,6 +75,22 @@ class SimSummary(BaseModel):
     planner_ms_max: float | None = figure("Slowest planner call, milliseconds.")
     wall_s: float = figure("Wall-clock seconds the simulation took.")
     jobs_per_wall_s: float = figure("Simulated jobs per wall-clock second.")
+
+
+def jain(values: Sequence[float]) -> float | None:
+    """Jain's fairness index, (sum x)^2 / (n sum x^2): 1 when all are equal; None without values or
+    when all are 0 (nobody waited: nothing to share)."""
+    squares = sum(v * v for v in values)
+    return sum(values) ** 2 / (len(values) * squares) if squares > 0 else None
+
+
+def low_waits_by_user(run: SimRun) -> dict[str, list[float]]:
+    """Each user's low-priority queueing seconds (submission to first start), ascending."""
+    waits: dict[str, list[float]] = {}
+    for o in run.outcomes:
+        if o.rejected is None and not o.high and o.first_started_at is not None:
+            waits.setdefault(o.job.user, []).append(o.first_started_at - o.job.submit_time)
+    return {user: sorted(w) for user, w in waits.items()}
 
 
 def summarize(run: SimRun) -> SimSummary:
@@ -93,8 +120,11 @@ def summarize(run: SimRun) -> SimSummary:
     makespan -= first_submit
     capacity = sum(n.gpus for n in run.nodes) * makespan
     cycles_ms = sorted(s * 1000 for s in run.cycle_seconds)
+    by_user = low_waits_by_user(run).values()
+    user_medians = [m for w in by_user if (m := percentile(w, 50)) is not None]
     return SimSummary(
         policy=run.policy,
+        fair_share=run.fair_share,
         jobs=len(run.outcomes),
         jobs_finished=len(finished),
         jobs_unfinished=len(outcomes) - len(finished),
@@ -109,6 +139,9 @@ def summarize(run: SimRun) -> SimSummary:
         high_within_max_schedule=within / len(high) if high else None,
         low_queue_p50_s=percentile(low_queue, 50),
         low_queue_p95_s=percentile(low_queue, 95),
+        low_user_median_min_s=min(user_medians, default=None),
+        low_user_median_max_s=max(user_medians, default=None),
+        low_user_mean_jain=jain([sum(w) / len(w) for w in by_user]),
         jct_p50_s=percentile(jct, 50),
         jct_p95_s=percentile(jct, 95),
         low_jct_p50_s=percentile(low_jct, 50),
