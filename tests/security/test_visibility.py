@@ -72,7 +72,7 @@ def submit_jobs(server: LiveServer, secrets: Secrets, code: Path) -> tuple[int, 
                 task_name=secrets.task_name,
                 code_path=str(secrets.code_path),
                 cmd=f"echo {secrets.cmd_word}; sleep 120",
-                env={"API_KEY": secrets.env_value},
+                env={"DATA_TAG": secrets.env_value},  # a key that names no secret: not masked
                 resource_pkg=457,
             ),
             client_key=secrets.client_key,
@@ -169,7 +169,7 @@ def test_others_see_a_waiting_job_only_as_the_queue_needs(server: LiveServer, tm
             full = entry_of(http.get("/api/v1/queue", headers=bearer(viewer)).json(), waiting)["job"]
             assert full["visibility"] == "full" and full["user"] == "alice", viewer
             assert (
-                full["spec"]["env"] == {"API_KEY": secrets.env_value}
+                full["spec"]["env"] == {"DATA_TAG": secrets.env_value}
                 and full["client_key"] == secrets.client_key
             )
         carols = http.get("/api/v1/queue", headers=bearer("carol")).json()
