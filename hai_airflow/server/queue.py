@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling import plan, weight
+from hai_airflow.scheduling.fairshare import FairShare
 from hai_airflow.scheduling.model import Admit, Decision, Reject, Wait
 from hai_airflow.scheduling.policies import POLICIES, SortKey
 from hai_airflow.server import by_id, clock
@@ -55,6 +56,8 @@ class QueuePlan:
 
     at: float
     decisions: Sequence[Decision]
+    fair_share: FairShare | None = None
+    """The users' recent use the plan weighed low-priority jobs by (None: no fair-share term)."""
 
 
 class SharedPlan:
@@ -76,7 +79,7 @@ class SharedPlan:
             if made is not None and made[0] == kept.last_change:
                 return made[2]
             view, now = kept.view(), clock.now()
-            fresh = QueuePlan(now, plan(view.snapshot, now, view.usage))
+            fresh = QueuePlan(now, plan(view.snapshot, now, view.usage), view.snapshot.fair_share)
             self._made = (kept.last_change, time.monotonic(), fresh)
             return fresh
 
@@ -89,7 +92,7 @@ def current_plan(session: Session, store: Store, policy: str, forecaster: Foreca
     """The controller's last plan while it is current, else the plan shared by this store's requests."""
     offer = forecaster.planned if forecaster is not None else None
     if offer is not None and offer.decisions is not None and clock.now() - offer.at < CURRENT_SECONDS:
-        return QueuePlan(offer.at, offer.decisions)
+        return QueuePlan(offer.at, offer.decisions, offer.snapshot.fair_share)
     with _SHARED_LOCK:
         shared = _SHARED.setdefault(store, SharedPlan())
     return shared.get(session, policy)
@@ -176,7 +179,9 @@ def _in_order(last: QueuePlan, rows: dict[int, JobRow], policy: str, caller: Cal
     last."""
     key = POLICIES[policy].queue_key
     ready = {i: r for i, r in rows.items() if r.state in WAITING and schedulable(r)}
-    keys: dict[int, SortKey] = {i: key(planner_job(kept_job(r), None), last.at) for i, r in ready.items()}
+    keys: dict[int, SortKey] = {
+        i: key(planner_job(kept_job(r), None), last.at, last.fair_share) for i, r in ready.items()
+    }
     planned = [(i, why, behind) for i, why, behind in _planned(last.decisions) if i in ready]
     seen = {i for i, _, _ in planned}
     arrived = sorted((i for i in ready if i not in seen), key=keys.__getitem__)
@@ -194,7 +199,11 @@ def _in_order(last: QueuePlan, rows: dict[int, JobRow], policy: str, caller: Cal
 
 
 def queue_entries(
-    session: Session, last: QueuePlan, policy: str, caller: Caller, now: float | None = None,
+    session: Session,
+    last: QueuePlan,
+    policy: str,
+    caller: Caller,
+    now: float | None = None,
     forecast: QueueForecast | None = None,
 ) -> list[QueueEntryView]:
     """Waiting jobs in the order the plan `last` serves them, each with its `forecast` (another user's
@@ -206,7 +215,7 @@ def queue_entries(
     entries: list[QueueEntryView] = []
     for position, s in enumerate(shown, start=1):
         row, may_see = s.row, caller.may_see(s.row.user_name, s.row.group_name)
-        w = weight(planner_job(kept_job(row), None), now)
+        w = weight(planner_job(kept_job(row), None), now, last.fair_share)
         entries.append(
             QueueEntryView(
                 position=position,

@@ -61,11 +61,6 @@ def test_daves_low_job_goes_ahead_of_alices_older_one(
     assert _ids(entries)[:2] == [daves, alices], entries
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the queue view (server/queue.py) computes each weight without the controller's measured "
-    "use; it passes Offer.snapshot.fair_share to weight() next",
-)
 def test_hai_queue_shows_the_fair_share_term(hai: Hai, clean: LiveServer, flood: tuple[int, int]) -> None:
     alices, daves = flood
 
