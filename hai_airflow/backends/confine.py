@@ -7,7 +7,9 @@ import errno
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
+
+from hai_airflow.backends.safefs import open_dir_below
 
 NEVER_MOUNTABLE: tuple[str, ...] = (
     "/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/root", "/bin", "/sbin", "/lib",
@@ -182,72 +184,25 @@ def relative_problem(path: str) -> str | None:
     return None
 
 
-MAX_LINKS = 40
-"""Symlinks one walk may follow (the kernel's own limit)."""
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def open_beneath(root: str, path: str) -> int:
-    """An open fd of the directory `path`, reached from `root` without ever leaving it.
+    """An open fd of the directory `path`, reached from `root` following no link at any component.
 
-    `root` is the admin's (an allowed root, or a job's own dir) and is opened as it is; below it,
-    every component is opened without following a link, and a link is read and followed by hand
-    only while where it leads stays beneath `root`: a component swapped for a symlink that leads out
-    gains nothing, whenever the swap happens. Raises PermissionError for a path that leaves `root`,
-    and OSError as `open` would.
+    The one way the server opens a directory a user may write (a model dir, for the checkpoint scan
+    and for `hai cp`). `root` is the admin's (an allowed root, or a job's own dir) and is opened as
+    it is; below it every component is opened from its parent's fd with O_NOFOLLOW
+    (`safefs.open_dir_below`), so a component swapped for a symlink, whenever the swap happens,
+    refuses the walk: even a link that stays beneath `root` (a group share's admin swapping a
+    member's dir for a link to another dir the member may read) leads nowhere. Raises UnsafeFile
+    (ELOOP/ENOTDIR) naming the component that is a link or no directory, PermissionError for a path
+    not beneath `root`, and OSError as `open` would.
     """
     rel = os.path.relpath(os.path.normpath(path), os.path.normpath(root))
     if rel == ".." or rel.startswith("../"):
-        raise PermissionError(f"{path} is not beneath {root}")
-    real_root = os.path.realpath(root)
-    chain = [os.open(root, _DIRECTORY)]
-    parts = list(PurePosixPath(rel).parts)
-    links = 0
-    try:
-        while parts:
-            name = parts.pop(0)
-            if name in ("", "."):
-                continue
-            if name == "..":
-                if len(chain) == 1:
-                    raise PermissionError(f"{path} leads out of {root}")
-                os.close(chain.pop())
-                continue
-            try:
-                chain.append(os.open(name, _DIRECTORY | os.O_NOFOLLOW, dir_fd=chain[-1]))
-                continue
-            except OSError as refused:
-                try:
-                    target = os.readlink(name, dir_fd=chain[-1])
-                except OSError:
-                    raise refused from None
-            links += 1
-            if links > MAX_LINKS:
-                raise OSError(errno.ELOOP, "too many symbolic links", path)
-            if target.startswith("/"):
-                inside = _beneath(target, (root, real_root))
-                if inside is None:
-                    raise PermissionError(f"{path} leads out of {root} (to {target})")
-                for fd in chain[1:]:
-                    os.close(fd)
-                del chain[1:]
-                parts = [*PurePosixPath(inside).parts, *parts]
-            else:
-                parts = [*PurePosixPath(target).parts, *parts]
-        found = chain.pop()
-        return found
-    finally:
-        for fd in chain:
-            os.close(fd)
-
-
-def _beneath(target: str, roots: tuple[str, ...]) -> str | None:
-    """`target` relative to the first of `roots` it lies under, else None."""
-    target = os.path.normpath(target)
-    for root in roots:
-        if _under(target, os.path.normpath(root)):
-            return os.path.relpath(target, root)
-    return None
+        raise PermissionError(errno.EACCES, f"{path} is not beneath {root}")
+    return open_dir_below(Path(root), [p for p in PurePosixPath(rel).parts if p != "."])
 
 
 def make_beneath(root: str, path: str, mode: int = 0o755, owner: tuple[int, int] | None = None) -> None:

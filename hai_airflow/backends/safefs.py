@@ -7,7 +7,7 @@ import errno
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path, PurePath
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -44,27 +44,32 @@ def _parts_below(root: Path, path: Path) -> tuple[str, ...]:
     return parts
 
 
-def _refusal(exc: OSError, shown: PurePath) -> UnsafeFile:
+def _refusal(exc: OSError, shown: PurePath, what: str = "what the server created") -> UnsafeFile:
     """The UnsafeFile for an open that O_NOFOLLOW (or O_DIRECTORY) refused."""
-    return UnsafeFile(exc.errno, f"{shown} is a symbolic link or not what the server created")
+    return UnsafeFile(exc.errno, f"{shown} is a symbolic link or not {what}")
 
 
-def _open_parent(root: Path, parts: tuple[str, ...], create: bool) -> int:
-    """A directory fd of the file's parent, reached from `root` one component at a time without links."""
+def open_dir_below(root: Path, names: Sequence[str], create: bool = False) -> int:
+    """A directory fd of `root`/`names`, reached from `root` one component at a time without links.
+
+    `root` is the administrator's and is opened as it is; each name below it is opened from its
+    parent's fd with O_NOFOLLOW, so a component swapped for a symlink, whenever the swap happens,
+    refuses the walk (UnsafeFile, naming the component) instead of leading anywhere. `create` makes
+    missing directories on the way (mkdir never follows a link at its last component).
+    """
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     shown = PurePath(root)
     try:
-        for name in parts[:-1]:
+        for name in names:
             shown = shown / name
             if create:
-                # mkdir never follows a link at its last component: an existing link stays, and is refused.
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=fd)
             try:
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                    raise _refusal(exc, shown) from None
+                    raise _refusal(exc, shown, "a directory: links are not followed") from None
                 raise
             os.close(fd)
             fd = child
@@ -82,7 +87,7 @@ def open_regular(root: Path, path: Path) -> int:
     file it could not read itself).
     """
     parts = _parts_below(root, path)
-    parent = _open_parent(root, parts, create=False)
+    parent = open_dir_below(root, parts[:-1])
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
         fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
@@ -109,7 +114,7 @@ def write_below(root: Path, path: Path, data: bytes | Iterable[bytes], mode: int
     followed, and a reader never sees half a file. Missing directories below `root` are created.
     """
     parts = _parts_below(root, path)
-    parent = _open_parent(root, parts, create=True)
+    parent = open_dir_below(root, parts[:-1], create=True)
     try:
         temp, fd = _create_temp(parent, parts[-1], mode)
         try:

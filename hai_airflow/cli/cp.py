@@ -128,12 +128,13 @@ def _umask() -> int:
 
 def _copy_dir(client: HaiClient, task_id: int, path: str, target: Path, done: Copied, depth: int) -> None:
     if depth > MAX_DEPTH:
-        note(f"hai: skipped {path}: deeper than {MAX_DEPTH} directories")
+        note(f"hai: skipped {shown(path)}: deeper than {MAX_DEPTH} directories")
         return
     target.mkdir(parents=True, exist_ok=True)
     listing = client.files(task_id, path)
     if listing.truncated:
-        note(f"hai: {path or 'the model dir'} holds more entries than the server lists; copied the first")
+        where = shown(path) or "the model dir"
+        note(f"hai: {where} holds more entries than the server lists; copied the first")
     for entry in listing.entries or []:
         if not _plain_name(entry):
             note(f"hai: skipped {entry.name!r}: not a plain file name")
@@ -144,7 +145,12 @@ def _copy_dir(client: HaiClient, task_id: int, path: str, target: Path, done: Co
         elif entry.kind == "file":
             _copy_file(client, task_id, below, target / entry.name, done)
         else:
-            note(f"hai: skipped {below}: a {entry.kind}, not copied")
+            note(f"hai: skipped {shown(below)}: a {entry.kind}, not copied")
+
+
+def shown(name: str) -> str:
+    """A name as the terminal may print it: control characters (CR/LF, escapes) written as `\\r`, `\\x1b`."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
 
 
 def _plain_name(entry: FileEntryView) -> bool:

@@ -49,11 +49,13 @@ def newest_checkpoint(
     file must not replace the last good checkpoint.
 
     The walk follows no link the user controls: the model dir is opened from `beneath` (its allowed
-    root, or the job's own dir) by `open_beneath`, and every directory below it is opened from its
-    parent's fd without following a link, so a dir swapped for a symlink mid-scan leads nowhere.
+    root, or the job's own dir; None: the model dir itself is the root) by `open_beneath`, the one
+    routine every reader of a model dir uses, with no link followed at any component; every directory
+    below it is opened from its parent's fd without following a link, so a dir swapped for a symlink,
+    before or during the scan, leads nowhere.
     """
     try:
-        top = open_beneath(beneath, str(model_dir)) if beneath is not None else _open_dir(str(model_dir))
+        top = open_beneath(beneath or str(model_dir), str(model_dir))
     except OSError:
         return None
     best: Checkpoint | None = None
@@ -90,5 +92,5 @@ def newest_checkpoint(
     return best
 
 
-def _open_dir(name: str, parent: int | None = None) -> int:
+def _open_dir(name: str, parent: int) -> int:
     return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
