@@ -9,17 +9,22 @@ shell session.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import select
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import Handle
 from hai_airflow.backends.jobuser import JobUser
-from hai_airflow.backends.supervisor import descendants
+from hai_airflow.backends.spawner import LOCALE_VARIABLES
+from hai_airflow.backends.supervisor import KILL_TREE_SECONDS, descendants, run_as_value
 
 READ_BYTES = 65536
 CONTAINER_WRAPPER = 'echo "$$"; exec "$@"'
@@ -27,6 +32,9 @@ CONTAINER_WRAPPER = 'echo "$$"; exec "$@"'
 which `ContainerExec` keeps to itself) so it can be killed from a second exec, then the command."""
 LOCAL_WRAPPER = 'cd -- "$1" || exit 125; shift; exec "$@"'
 """The local command enters the worker's directory only as the job's account: root never walks it."""
+REAPER = Path(__file__).with_name("exec_reaper.py")
+REAPER_SECONDS = KILL_TREE_SECONDS + 5.0
+"""How long the reaper may take to end a command's tree once told to (it gives up after KILL_TREE_SECONDS)."""
 
 
 class ExecRefused(Exception):
@@ -39,7 +47,8 @@ class ExecRun:
 
     `output` yields its stdout and stderr together as they come, until both close; `exit_code()`
     then says how it ended (128 + N for signal N; None when the backend could not tell); `kill()` ends
-    it early and is safe to call at any time, also after it ended.
+    it early and is safe to call at any time, also after it ended. Each of them may block (a pipe, an
+    engine's or API server's answer): the server calls them apart from the threads that serve requests.
     """
 
     output: Iterator[bytes]
@@ -47,6 +56,11 @@ class ExecRun:
     kill: Callable[[], None]
     alive: Callable[[], bool] = lambda: True
     """Whether the worker it runs in is still there: the command is killed once it is not."""
+    pipe: int | None = None
+    """The output's pipe, non-blocking, where the output comes through one (local): read it without a
+    thread, in place of `output`. It stays open until `close()`."""
+    close: Callable[[], None] = lambda: None
+    """Release what the run holds (its pipe), once it has ended or been killed: called once, last."""
 
 
 @runtime_checkable
@@ -63,45 +77,112 @@ class Exec(Protocol):
 
 
 def _pipe_chunks(fd: int) -> Iterator[bytes]:
-    while chunk := os.read(fd, READ_BYTES):
+    while True:
+        select.select([fd], [], [])
+        try:
+            chunk = os.read(fd, READ_BYTES)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return
         yield chunk
 
 
 def run_local(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str, account: JobUser | None, alive: Callable[[], bool]
+    argv: Sequence[str], env: Mapping[str, str], cwd: str, account: JobUser | None, worker: LocalWorker
 ) -> ExecRun:
-    """Run `argv` on this machine in a session of its own as `account` (None: this process's own),
-    in `cwd` (entered after the switch), with exactly `env`."""
-    process = subprocess.Popen(
-        ["/bin/sh", "-c", LOCAL_WRAPPER, "hai-exec", cwd, *argv],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd="/",
-        start_new_session=True,
-        close_fds=True,
-        user=None if account is None else account.uid,
-        group=None if account is None else account.gid,
-        extra_groups=None if account is None else list(account.groups),
+    """Run `argv` on this machine as `account` (None: this process's own), in `cwd` (entered after the
+    switch), with exactly `env`, under an exec reaper: whatever it starts ends with it, at its kill and
+    with the worker. `ExecRefused` when the worker is no longer running."""
+    watched = worker.pidfd()
+    read, write = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(REAPER)],
+            stdin=subprocess.PIPE,
+            stdout=write,
+            stderr=write,
+            env={k: v for k, v in os.environ.items() if k in LOCALE_VARIABLES},
+            cwd="/",
+            start_new_session=True,
+            pass_fds=(watched,),
+        )
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+        os.close(watched)
+    os.set_blocking(read, False)
+    run = _ReapedRun(process, read)
+    request = {
+        "argv": ["/bin/sh", "-c", LOCAL_WRAPPER, "hai-exec", cwd, *argv],
+        "env": dict(env),
+        "run_as": None if account is None else run_as_value(account.uid, account.gid, account.groups),
+        "server": os.getpid(),
+        "worker_fd": watched,  # the same number in the reaper (pass_fds)
+    }
+    try:
+        assert process.stdin is not None
+        with process.stdin:
+            process.stdin.write(json.dumps(request).encode())
+    except BaseException:
+        run.kill()
+        run.close()
+        raise
+    return ExecRun(
+        _pipe_chunks(read), run.exit_code, run.kill, alive=worker.alive, pipe=read, close=run.close
     )
-    assert process.stdout is not None
-    out = process.stdout
 
-    def kill() -> None:
-        if process.poll() is None:
-            procs.signal_group(process.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            out.close()
 
-    def exit_code() -> int | None:
-        code = process.wait()
-        out.close()
-        # What the command left running in its session ends with it, as a job's leftovers do.
-        procs.signal_group(process.pid, signal.SIGKILL)
+class _ReapedRun:
+    """A command under its exec reaper, seen from the server: the reaper's process and output pipe."""
+
+    def __init__(self, process: subprocess.Popen[bytes], pipe: int) -> None:
+        self.process, self.pipe = process, pipe
+        self._closed = False
+
+    def exit_code(self) -> int | None:
+        code = self.process.wait()
         return 128 - code if code < 0 else code
 
-    return ExecRun(_pipe_chunks(out.fileno()), exit_code, kill, alive)
+    def kill(self) -> None:
+        """Tell the reaper to end the command's whole tree, and wait until it has."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(REAPER_SECONDS)
+        except subprocess.TimeoutExpired:  # never seen: kill_tree gives up well before this
+            self.process.kill()
+            self.process.wait()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self.pipe)
+
+
+@dataclass(frozen=True)
+class LocalWorker:
+    """A local worker's supervisor, by pid and start time (a reused pid is not it)."""
+
+    pid: int
+    started: int
+
+    def alive(self) -> bool:
+        return procs.is_alive(self.pid, self.started)
+
+    def pidfd(self) -> int:
+        """A pidfd of the supervisor (readable once it has ended); `ExecRefused` when it is not running."""
+        try:
+            fd = os.pidfd_open(self.pid)
+        except OSError:
+            raise ExecRefused("its worker is not running on this machine") from None
+        if not self.alive():  # taken after the pidfd: the pidfd is of this very process
+            os.close(fd)
+            raise ExecRefused("its worker is not running on this machine")
+        return fd
 
 
 def worker_command(supervisor: int, started: int) -> int | None:

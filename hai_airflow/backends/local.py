@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine
-from hai_airflow.backends.execs import ExecRefused, ExecRun, environ, run_local, worker_command
+from hai_airflow.backends.execs import ExecRefused, ExecRun, LocalWorker, environ, run_local, worker_command
 from hai_airflow.backends.gitcode import clone_script
 from hai_airflow.backends.inventory import detect
 from hai_airflow.backends.jobuser import (
@@ -362,8 +362,8 @@ class LocalBackend:
         return None if self.options.run_as is None else job_user(self.options.run_as, owner)
 
     def exec_in(self, handle: Handle, rank: int, argv: Sequence[str], owner: str) -> ExecRun:
-        """Run `argv` beside worker `rank`: with its environment, in its directory, as its account, in
-        a session of its own."""
+        """Run `argv` beside worker `rank`: with its environment, in its directory, as its account,
+        under an exec reaper that ends all it starts with it, and with the worker."""
         worker = next((w for w in handle.data.get("workers", ()) if int(w["rank"]) == rank), None)
         if worker is None:
             raise ExecRefused(f"the task has no worker {rank}")
@@ -374,7 +374,7 @@ class LocalBackend:
             raise ExecRefused(f"worker {rank} is not running on this machine")
         # Where the command is now (a git checkout of its own per worker); entered as its account.
         cwd = str(procs.cwd(command) or handle.data.get("cwd") or "/")
-        return run_local(argv, env, cwd, self.account(owner), lambda: procs.is_alive(pid, started))
+        return run_local(argv, env, cwd, self.account(owner), LocalWorker(pid, started))
 
     def close(self) -> None:
         self._closing.set()

@@ -66,7 +66,7 @@ def main(argv: list[str], command_dir: int | None = None) -> int:
     # how it ended. A handler (unlike SIG_IGN) is reset by exec, so the command keeps the defaults.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
-    _become_subreaper()
+    become_subreaper()
     pipe = os.pipe() if combined is not None else None
     pid = os.fork()
     if pid == 0:
@@ -90,7 +90,7 @@ def _ignore(signum: int, frame: object) -> None:
     pass
 
 
-def _become_subreaper() -> None:
+def become_subreaper() -> None:
     """Adopt the processes the shell leaves behind (Linux); elsewhere the shell's own end is reported."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -217,10 +217,7 @@ def _exec_command(
         if command_dir is not None:
             os.fchdir(command_dir)
         if run_as:
-            uid, gid, groups = run_as.split(":")
-            os.setgroups([int(g) for g in groups.split(",") if g])
-            os.setgid(int(gid))
-            os.setuid(int(uid))
+            switch_account(run_as)
         # Python ignores SIGPIPE and SIGXFSZ; a shell command expects the defaults.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
@@ -234,6 +231,19 @@ def _exec_command(
         os.execv(SHELL, [SHELL, "-c", command])
     finally:
         os._exit(127)
+
+
+def run_as_value(uid: int, gid: int, groups: tuple[int, ...]) -> str:
+    """An account as `switch_account` takes it: "uid:gid:group,group..."."""
+    return f"{uid}:{gid}:{','.join(map(str, groups))}"
+
+
+def switch_account(run_as: str) -> None:
+    """Become the job's account, `run_as` as `$HAI_RUN_AS` gives it: "uid:gid:group,group..."."""
+    uid, gid, groups = run_as.split(":")
+    os.setgroups([int(g) for g in groups.split(",") if g])
+    os.setgid(int(gid))
+    os.setuid(int(uid))
 
 
 def _enter(code_dir: str) -> None:

@@ -6,13 +6,14 @@ import asyncio
 import codecs
 import json
 import logging
-import threading
+import signal
 import time
+import weakref
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Request
-from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
@@ -24,6 +25,7 @@ from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
+from hai_airflow.server.exec_bulkhead import ExecSession, exec_budget, on_control, start
 from hai_airflow.server.routes.deps import CallerDep, CtxDep, add_event, current_instance, visible_job
 from hai_airflow.server.routes.served import served_backend
 from hai_airflow.server.tables import JobRow
@@ -37,6 +39,9 @@ MAX_EXEC_SECONDS = 7 * 24 * 3600
 WATCH_SECONDS = 0.5
 """How often a running exec looks whether its worker is gone, its time is up or the server stops."""
 SHOWN_COMMAND_CHARS = 200
+KILLED = 128 + signal.SIGKILL
+"""The exit code of a command killed (SIGKILL)."""
+WORKER_ENDED = "killed: the task's worker ended"
 
 
 class ExecRequest(BaseModel):
@@ -65,8 +70,26 @@ async def exec_in_job(
     request: Request,
 ) -> StreamingResponse:
     """Run a command beside a running task's worker, as the task's account, with its environment and
-    in its directory: only the task's owner may. The answer streams `{"output": text}` lines, then one
-    `{"exit_code": N, "reason": ...}` (reason: why it was ended early, or null)."""
+    in its directory: only the task's owner may, with at most `[limits] execs_per_user` running at once
+    (429 past it). The answer streams `{"output": text}` lines, then one `{"exit_code": N, "reason":
+    ...}` (reason: why it was ended early, or null)."""
+    slot = exec_budget(request.app.state).take(caller.name, ctx.config.limits.execs_per_user)
+    try:
+        run = await _started(ctx, caller, job_id, body, request)
+    except BaseException:
+        slot.release()
+        raise
+    session = ExecSession(run, slot)
+    stream = _stream(ctx, session, body.timeout_seconds)
+    # A stream that never starts (the caller gone before it did) still ends the command.
+    weakref.finalize(stream, session.end)
+    return StreamingResponse(stream, media_type=NDJSON)
+
+
+async def _started(
+    ctx: ServerContext, caller: Caller, job_id: int, body: ExecRequest, request: Request
+) -> ExecRun:
+    """The command started in the task's worker, once the caller is found to own the running task."""
     handle, owner = await run_in_threadpool(_running_handle, ctx, caller, job_id, body)
     backend = served_backend(request, ctx)
     if not isinstance(backend, Exec):
@@ -76,14 +99,13 @@ async def exec_in_job(
             fix="Read the task's log with `hai log`, or ask the platform admin",
         )
     try:
-        run = await run_in_threadpool(backend.exec_in, handle, body.worker, body.command, owner)
+        return await start(backend.exec_in, handle, body.worker, body.command, owner)
     except ExecRefused as e:
         raise ApiError(
             409, f"cannot run it in task {job_id}: {e}", field="worker", fix=_RUNNING_FIX
         ) from None
     except (KeyError, OSError) as e:
         raise ApiError(409, f"cannot run it in task {job_id}: {e}", fix="Ask the platform admin") from None
-    return StreamingResponse(_stream(ctx, run, body.timeout_seconds), media_type=NDJSON)
 
 
 _RUNNING_FIX = "See where the task runs with `hai task N`; commands run only in a running task's workers"
@@ -128,45 +150,46 @@ def _line(**fields: object) -> bytes:
     return json.dumps(fields, ensure_ascii=False).encode() + b"\n"
 
 
-async def _stream(ctx: ServerContext, run: ExecRun, timeout: int | None) -> AsyncIterator[bytes]:
+async def _stream(ctx: ServerContext, session: ExecSession, timeout: int | None) -> AsyncIterator[bytes]:
     """The command's output as `{"output"}` lines, then how it ended; it is killed if the caller hangs
     up, its time is up, its worker ends or the server stops."""
-    ended = threading.Event()
     why: list[str] = []
-    watch = asyncio.ensure_future(_watch(ctx, run, timeout, ended, why))
+    watch = asyncio.ensure_future(_watch(ctx, session, timeout, why))
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     code: int | None = None
     try:
-        async for chunk in iterate_in_threadpool(run.output):
+        async for chunk in session.output():
             if text := decoder.decode(chunk):
                 yield _line(output=text)
         if text := decoder.decode(b"", final=True):
             yield _line(output=text)
-        code = await run_in_threadpool(run.exit_code)
+        code = await on_control(session.run.exit_code)
+        if code == KILLED and not why and not await on_control(session.run.alive):
+            why.append(WORKER_ENDED)  # ended by the backend with its worker, before the watch saw it
     except Exception as e:
         # The backend's stream broke (an engine or API server gone): the caller still gets an end.
         logger.warning("an exec's stream broke: %r", e)
         why.append(f"the backend's stream of its output broke ({type(e).__name__})")
     finally:
-        ended.set()
         watch.cancel()
-        run.kill()
+        session.end()
     yield _line(exit_code=code, reason=why[0] if why else None)
 
 
-async def _watch(
-    ctx: ServerContext, run: ExecRun, timeout: int | None, ended: threading.Event, why: list[str]
-) -> None:
+async def _watch(ctx: ServerContext, session: ExecSession, timeout: int | None, why: list[str]) -> None:
+    """Kill the command at its timeout, when the server stops or when its worker is gone; the kill and
+    the look at the worker run on the exec threads."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not ended.is_set():
+    run = session.run
+    while not session.ended.is_set():
         await asyncio.sleep(WATCH_SECONDS)
         if deadline is not None and time.monotonic() >= deadline:
             why.append(f"killed after its timeout of {timeout} s")
         elif ctx.stopping.is_set():
             why.append("killed: the server is stopping")
-        elif not await run_in_threadpool(run.alive):
-            why.append("killed: the task's worker ended")
+        elif not await on_control(run.alive):
+            why.append(WORKER_ENDED)
         else:
             continue
-        run.kill()
+        await on_control(run.kill)
         return
