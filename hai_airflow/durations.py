@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_UNITS = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+_UNITS = re.compile(r"(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?")
 _CLOCK = re.compile(r"(?:(\d+)-)?(\d+):(\d{2}):(\d{2})")
 
 FORMS = "a number with units (4h, 1h30m, 90m, 2d, 45s) or [D-]H:MM:SS (1:30:00, 2-12:00:00)"
@@ -22,7 +22,7 @@ def parse(text: str) -> int:
         raise ValueError(f"{text!r} has no unit: write {word}m for minutes or {word}s for seconds")
     units = _UNITS.fullmatch(word)
     if word and units:
-        return sum(int(n) * size for n, size in zip(units.groups(), UNITS.values(), strict=True) if n)
+        return sum(int(n) * UNITS[unit] for unit, n in units.groupdict().items() if n)
     clock = _CLOCK.fullmatch(word)
     if clock:
         days, hours, minutes, seconds = (int(n) if n else 0 for n in clock.groups())

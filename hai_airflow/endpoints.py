@@ -12,6 +12,8 @@ from urllib.parse import quote
 
 from pydantic import TypeAdapter
 
+from hai_airflow import api_routes
+from hai_airflow.api_routes import API, JSON, LONG_POLL_SLACK, TEXT, Request
 from hai_airflow.spec import (
     FilesView,
     InstanceView,
@@ -29,9 +31,7 @@ from hai_airflow.spec import (
     UsageView,
 )
 
-API = "/api/v1"
-JSON = "application/json"
-TEXT = "text/plain"
+__all__ = ["API", "JSON", "LONG_POLL_SLACK", "TEXT"]
 BYTES = "application/octet-stream"
 NDJSON = "application/x-ndjson"
 """What hai answers with: JSON, plain text for a log, bytes for a file, JSON lines for `hai exec`."""
@@ -45,8 +45,6 @@ _QUOTAS = TypeAdapter(list[QuotaView])
 _NODES = TypeAdapter(list[NodeView])
 _PACKAGES = TypeAdapter(list[ResourcePackageView])
 _USAGE = TypeAdapter(list[UsageView])
-LONG_POLL_SLACK = 15.0
-"""A long-poll's request waits this much longer than the server holds it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +75,13 @@ class Call(Generic[T]):
         return out
 
 
+def _reading(request: Request, read: Callable[[Any], T]) -> Call[T]:
+    """The call that sends `request` and reads its answer with `read`."""
+    return Call(
+        request.method, request.path, read, request.params, request.body, request.timeout, request.expect
+    )
+
+
 def _as_dict(data: Any) -> dict[str, Any]:
     return dict(data)
 
@@ -94,14 +99,14 @@ def whoami() -> Call[dict[str, Any]]:
 
 
 def resource_packages() -> Call[list[ResourcePackageView]]:
-    return Call("GET", f"{API}/resource-packages", _PACKAGES.validate_python)
+    return _reading(api_routes.resource_packages(), _PACKAGES.validate_python)
 
 
 def submit(spec: JobSpec, client_key: str | None = None, array: str | None = None) -> Call[JobView]:
     """The job made; with `array` (`0-9%2`), the first task of the array made."""
     request = SubmitRequest(spec=spec, client_key=client_key, array=array)
     body = request.model_dump(mode="json", exclude={"array"} if array is None else set())
-    return Call("POST", f"{API}/jobs", JobView.model_validate, body=body)
+    return _reading(api_routes.submit(body), JobView.model_validate)
 
 
 def check_high_priority(gpus: int) -> Call[dict[str, Any]]:
@@ -120,14 +125,12 @@ def jobs(
     array: int | None = None,
 ) -> Call[list[JobView]]:
     """Newest first; `before` (the last id of a page) gives the page after it; `selector` matches labels."""
-    params: dict[str, Any] = {"all": all}
-    given = {"user": user, "state": state, "group": group, "limit": limit, "before": before}
-    params.update({k: v for k, v in {**given, "selector": selector, "array": array}.items() if v is not None})
-    return Call("GET", f"{API}/jobs", _JOBS.validate_python, params=params)
+    request = api_routes.jobs(user, state, group, all, limit, before, selector, array)
+    return _reading(request, _JOBS.validate_python)
 
 
 def job(job_id: int) -> Call[JobDetailView]:
-    return Call("GET", f"{API}/jobs/{job_id}", JobDetailView.model_validate)
+    return _reading(api_routes.job(job_id), JobDetailView.model_validate)
 
 
 def job_by_key(client_key: str) -> Call[JobView | None]:
@@ -139,21 +142,16 @@ def job_by_key(client_key: str) -> Call[JobView | None]:
 
 
 def instances(job_id: int) -> Call[list[InstanceView]]:
-    return Call("GET", f"{API}/jobs/{job_id}/instances", _INSTANCES.validate_python)
+    return _reading(api_routes.instances(job_id), _INSTANCES.validate_python)
 
 
 def instance(instance_id: int) -> Call[InstanceView]:
-    return Call("GET", f"{API}/instances/{instance_id}", InstanceView.model_validate)
+    return _reading(api_routes.instance(instance_id), InstanceView.model_validate)
 
 
 def wait(job_id: int, since_state: str | None = None, timeout: float = 30) -> Call[JobView]:
     """Long-poll: returns once the job's state differs from `since_state`, or at `timeout`."""
-    params: dict[str, Any] = {"timeout": timeout}
-    if since_state:
-        params["since_state"] = since_state
-    return Call(
-        "GET", f"{API}/jobs/{job_id}/wait", JobView.model_validate, params, timeout=timeout + LONG_POLL_SLACK
-    )
+    return _reading(api_routes.wait(job_id, since_state, timeout), JobView.model_validate)
 
 
 def jobs_revision(after: str | None = None, timeout: float = 0) -> Call[str]:
@@ -218,16 +216,15 @@ def exec_path(job_id: int) -> str:
     return f"{API}/jobs/{job_id}/exec"
 
 
-def log_path(instance_id: int) -> str:
-    return f"{API}/instances/{instance_id}/log"
+log_path = api_routes.log_path
 
 
 def log(instance_id: int, tail: int = 0) -> Call[str]:
-    return Call("GET", log_path(instance_id), _text, params={"tail": tail}, expect=TEXT)
+    return _reading(api_routes.log(instance_id, tail), _text)
 
 
 def cancel(job_id: int) -> Call[JobView]:
-    return Call("POST", f"{API}/jobs/{job_id}/cancel", JobView.model_validate)
+    return _reading(api_routes.cancel(job_id), JobView.model_validate)
 
 
 def promote(job_id: int, max_schedule: int) -> Call[JobView]:

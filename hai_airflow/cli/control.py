@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from hai_airflow.cli import flagtable
+from hai_airflow.cli.columns import cancel_line, outcome_line
 from hai_airflow.cli.connection import ServerFlags, connect
-from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.flags import option, with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
 from hai_airflow.cli.jobspec import MaxScheduleOption
 from hai_airflow.cli.output import OutputFlags, emit, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
-from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, TERMINAL_STATES, JobState
+from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, JobState
 
 if TYPE_CHECKING:
     from hai_airflow.client import HaiClient
@@ -55,14 +57,17 @@ def asks_first(tasks: int, yes: bool, terminal: bool) -> bool:
     return not yes and terminal and tasks > 1
 
 
+if TYPE_CHECKING:
+    YesOption = Any
+else:
+    YesOption = option(flagtable.YES)
+
+
 @with_flags()
 def cancel(
     ids: TaskIdArguments = None,
     task_id: TaskIdFlags = None,
-    yes: Annotated[
-        bool,
-        typer.Option("--yes", "-y", help="Cancel several tasks at a terminal without asking."),
-    ] = False,
+    yes: YesOption = False,
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),
 ) -> None:
@@ -74,12 +79,7 @@ def cancel(
     if asks_first(len(chosen), yes, sys.stdin.isatty()):
         typer.confirm(f"Cancel {noun} {named}? Running instances are stopped.", abort=True, err=True)
 
-    def line(job: JobView) -> str:
-        if job.array_id == job.id:
-            return f"cancelling array {job.id}: every task of it not ended yet"
-        return outcome_line("cancelled", "cancelling", job, TERMINAL_STATES)
-
-    act_on_each(connection, chosen, lambda c, i: c.cancel(i), line, out)
+    act_on_each(connection, chosen, lambda c, i: c.cancel(i), cancel_line, out)
 
 
 @with_flags()
@@ -173,12 +173,6 @@ def release(
         lambda job: f"released task {job.id} (now {job.state})",
         out,
     )
-
-
-def outcome_line(done: str, doing: str, job: JobView, done_states: frozenset[str]) -> str:
-    """`cancelled task 7 (now CANCELLED)` once done, `cancelling task 7 (now RUNNING)` while on its way."""
-    verb = done if job.state in done_states else doing
-    return f"{verb} task {job.id} (now {job.state})"
 
 
 def act_on_each(

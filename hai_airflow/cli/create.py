@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
 from hai_airflow import arrays
+from hai_airflow.cli import flagtable, jobfields, jobspec
+from hai_airflow.cli.columns import id_runs
 from hai_airflow.cli.connection import ServerFlags, connect
-from hai_airflow.cli.flags import choice, completes, with_flags
+from hai_airflow.cli.flags import option, with_flags
 from hai_airflow.cli.ids import complete_packages
 from hai_airflow.cli.jobspec import (
     CodePathOption,
@@ -23,7 +25,6 @@ from hai_airflow.cli.jobspec import (
     TaskNameOption,
     WorkerImageOption,
     build_spec,
-    image_fields,
     spec_from_file,
 )
 from hai_airflow.cli.output import OutputFlags, emit, note, say, usage_error
@@ -33,13 +34,21 @@ from hai_airflow.cli.wait import wait_and_report
 if TYPE_CHECKING:
     from hai_airflow.spec import JobSpec
 
-CREATE_FLAGS = {"grace_seconds": "--grace", "time_limit_seconds": "--time-limit"}
+CREATE_FLAGS = jobfields.CREATE_FLAG_NAMES
+DOCUMENT_ORDER = flagtable.CREATE_ORDER
 
-DOCUMENT_ORDER = (
-    "task_name", "model_id", "project_id", "mode", "code_src", "code_path", "git_branch", "model_dir",
-    "project_storage", "max_schedule", "image", "resource_pkg", "shm", "cmd",
-)  # fmt: skip
-"""`hai create --help` lists the platform document's flags in the document's order, the rest after."""
+if TYPE_CHECKING:
+    ModeOption = Any
+    ResourcePkgOption = Any
+    CmdOption = Any
+    WorkersOption = Any
+    WorkerResourcePkgOption = Any
+else:
+    ModeOption = option(flagtable.MODE)
+    ResourcePkgOption = option(flagtable.RESOURCE_PKG, autocompletion=complete_packages)
+    CmdOption = option(flagtable.CMD)
+    WorkersOption = option(flagtable.WORKERS)
+    WorkerResourcePkgOption = option(flagtable.WORKER_RESOURCE_PKG, autocompletion=complete_packages)
 
 
 FileOption = Annotated[
@@ -61,54 +70,15 @@ FileOption = Annotated[
 def create(
     ctx: typer.Context,
     task_name: TaskNameOption = None,
-    mode: Annotated[
-        Literal["standalone", "distributed"],
-        typer.Option(
-            "--mode",
-            metavar="[standalone|distributed]",
-            parser=choice("standalone", "distributed"),
-            autocompletion=completes("standalone", "distributed"),
-            help="Training mode: standalone (one machine, one or more GPUs) or distributed (Horovod: "
-            "--workers machines of --worker-resource-pkg each). 训练模式: 单机等",
-        ),
-    ] = "standalone",
+    mode: ModeOption = "standalone",
     code_path: CodePathOption = None,
     image: ImageOption = None,
-    resource_pkg: Annotated[
-        int | None,
-        typer.Option(
-            "--resource-pkg",
-            autocompletion=complete_packages,
-            metavar="INTEGER",
-            help="Resource package id; list them with `hai res`. For --mode distributed it is the "
-            "package of one worker unless --worker-resource-pkg is given. 资源套餐ID，请用hai res获取",
-        ),
-    ] = None,
-    cmd: Annotated[
-        str | None,
-        typer.Option("--cmd", metavar="TEXT", help='Start command, e.g. "python3 training.py". 启动命令'),
-    ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            metavar="INTEGER",
-            help="Distributed only: number of workers; total GPUs = workers x GPUs of the worker package. "
-            "worker数目",
-        ),
-    ] = None,
+    resource_pkg: ResourcePkgOption = None,
+    cmd: CmdOption = None,
+    workers: WorkersOption = None,
     min_workers: MinWorkersOption = None,
     worker_image: WorkerImageOption = None,
-    worker_resource_pkg: Annotated[
-        int | None,
-        typer.Option(
-            "--worker-resource-pkg",
-            autocompletion=complete_packages,
-            metavar="INTEGER",
-            help="Distributed only: resource package of one worker, usually a whole 8-GPU machine. "
-            "worker资源组",
-        ),
-    ] = None,
+    worker_resource_pkg: WorkerResourcePkgOption = None,
     gpu_type: GpuTypeOption = None,
     job: JobFlags = JobFlags(),
     gpu_job: GpuJobFlags = GpuJobFlags(),
@@ -131,29 +101,11 @@ def create(
         spec = _job_file_spec(ctx, file)
         submit_and_report(spec, submit, connection, out)
         return
-    fields: dict[str, Any] = {
-        "task_name": task_name,
-        "code_path": code_path,
-        "cmd": cmd,
-        "gpu_type": gpu_type,
-        **image_fields(mode, image, worker_image),
-        **job.fields(),
-        **gpu_job.fields(),
-    }
-    if mode == "distributed":
-        fields |= {
-            "workers": workers,
-            "min_workers": min_workers,
-            "worker_resource_pkg": worker_resource_pkg if worker_resource_pkg is not None else resource_pkg,
-        }
-    else:
-        # Passed through so the spec itself refuses worker flags on a standalone job, naming the flag.
-        fields |= {
-            "resource_pkg": resource_pkg,
-            "workers": workers,
-            "min_workers": min_workers,
-            "worker_resource_pkg": worker_resource_pkg,
-        }
+    given = {"task_name": task_name, "mode": mode, "code_path": code_path, "image": image, "cmd": cmd}
+    given |= {"resource_pkg": resource_pkg, "workers": workers, "min_workers": min_workers}
+    given |= {"worker_image": worker_image, "worker_resource_pkg": worker_resource_pkg, "gpu_type": gpu_type}
+    values = {**given, **dataclasses.asdict(job), **dataclasses.asdict(gpu_job)}
+    fields = jobspec.checked(jobfields.create_fields, values)
     spec = build_spec(mode, fields, CREATE_FLAGS, "create")
     submit_and_report(spec, submit, connection, out)
 
@@ -201,7 +153,7 @@ def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlag
         ids = [job.id]
         if submit.array is not None:
             ids = sorted(j.id for j in client.jobs(array=job.id, limit=arrays.MAX_ELEMENTS))
-            note(f"array {job.id}: {arrays.describe(arrays.parse(submit.array))}, tasks {_id_runs(ids)}")
+            note(f"array {job.id}: {arrays.describe(arrays.parse(submit.array))}, tasks {id_runs(ids)}")
         if out.format in ("table", "wide"):
             say(f"created task {job.id}")
         elif not submit.wait:
@@ -209,10 +161,3 @@ def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlag
         if submit.wait:
             code = wait_and_report(client, ids, None, submit.wait_timeout, out)
             raise typer.Exit(code)
-
-
-def _id_runs(ids: list[int]) -> str:
-    """`12-21` for consecutive ids, else them all: `12,14,15`."""
-    if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)):
-        return f"{ids[0]}-{ids[-1]}"
-    return ",".join(map(str, ids))

@@ -7,9 +7,11 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
+
+from hai_airflow.cli import flagtable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,13 +74,12 @@ def with_flags(order: Sequence[str] = ()) -> Callable[[F], F]:
 
 def choice(*choices: str, upper: bool = False) -> Callable[[str], str]:
     """A parameter type for one of `choices`, in any case; the refusal lists them as the user types them."""
-    canonical = {c.casefold(): c for c in choices}
 
     def parse(value: str) -> str:
-        found = canonical.get(str(value).casefold())
-        if found is None:
-            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
-        return found.upper() if upper else found
+        try:
+            return flagtable.choose(value, choices, upper)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
 
     return parse
 
@@ -90,3 +91,54 @@ def completes(*choices: str) -> Callable[[str], list[str]]:
         return [c for c in choices if c.casefold().startswith(incomplete.casefold())]
 
     return complete
+
+
+def _read_with(flag: flagtable.Flag | flagtable.Argument) -> Callable[[str], Any]:
+    """typer's parser for a flag the table reads itself (a duration, an array, a choice)."""
+
+    def parse(value: str) -> Any:
+        try:
+            return flagtable.read_value(flag, value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
+
+    return parse
+
+
+_TYPES: dict[str, Any] = {
+    flagtable.TEXT: str,
+    flagtable.INT: int,
+    flagtable.FLOAT: float,
+    flagtable.BOOL: bool,
+    flagtable.TEXTS: list[str],
+    flagtable.INTS: list[int],
+    flagtable.DURATION: int,
+    flagtable.INDICES: str,
+    flagtable.CHOICE: str,
+}
+_READ_BY_TABLE = (flagtable.DURATION, flagtable.INDICES, flagtable.CHOICE)
+
+
+def option(flag: flagtable.Flag, **typer_only: Any) -> Any:
+    """The typer option of a flag of `flagtable`, as an `Annotated` parameter type; `typer_only` adds
+    what only the full CLI has (shell completion from the server)."""
+    kind = _TYPES[flag.kind]
+    optional = flag.default is None and flag.kind != flagtable.BOOL
+    settings: dict[str, Any] = {"help": flag.help, "show_default": flag.show_default}
+    if flag.metavar is not None:
+        settings["metavar"] = flag.metavar
+    if flag.minimum is not None:
+        settings["min"] = flag.minimum
+    if flag.kind in _READ_BY_TABLE:
+        settings["parser"] = _read_with(flag)
+    if flag.choices:
+        settings["autocompletion"] = completes(*flag.choices)
+    made = typer.Option(*flag.names, **{**settings, **typer_only})
+    return Annotated[Optional[kind] if optional else kind, made]  # noqa: UP045 (a type built at run time)
+
+
+def argument(arg: flagtable.Argument, **typer_only: Any) -> Any:
+    """The typer argument of a positional of `flagtable`, as an `Annotated` parameter type."""
+    kind = _TYPES[arg.kind]
+    made = typer.Argument(metavar=arg.metavar, help=arg.help, show_default=False, **typer_only)
+    return Annotated[kind if arg.required else Optional[kind], made]  # noqa: UP045

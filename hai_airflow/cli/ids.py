@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
+from hai_airflow.cli import flagtable
 from hai_airflow.cli.connection import ServerFlags, client_for, exit_code_for
-from hai_airflow.cli.flags import choice, completes
+from hai_airflow.cli.flags import argument, choice, completes, option
 from hai_airflow.cli.output import error_line, usage_error
 from hai_airflow.vocabulary import TERMINAL_STATES, JobState
 
@@ -36,9 +37,10 @@ def state_option(flag: str, help: str) -> Any:
     )
 
 
-StateOption = Annotated[
-    str | None, state_option("--state", "Only tasks in this state, e.g. RUNNING or SUSPENDED (any case).")
-]
+if TYPE_CHECKING:
+    StateOption = Any
+else:
+    StateOption = option(flagtable.STATE)
 
 
 def _completion_flags(ctx: typer.Context) -> ServerFlags:
@@ -115,35 +117,14 @@ def complete_packages(ctx: typer.Context, incomplete: str) -> list[tuple[str, st
     ]
 
 
-TaskIdArguments = Annotated[
-    list[int] | None,
-    typer.Argument(
-        metavar="TASK_ID",
-        help="Task ids, from `hai task` (or use --task-id).",
-        autocompletion=complete_task_ids,
-        show_default=False,
-    ),
-]
-TaskIdFlags = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--task-id",
-        "--task_id",
-        metavar="INTEGER",
-        help="Task id, as the platform document writes it; repeatable.",
-        autocompletion=complete_task_ids,
-        show_default=False,
-    ),
-]
-TaskIdArgument = Annotated[
-    int | None,
-    typer.Argument(
-        metavar="TASK_ID",
-        help="Task id, from `hai task` (or use --task-id).",
-        autocompletion=complete_task_ids,
-        show_default=False,
-    ),
-]
+if TYPE_CHECKING:
+    TaskIdArguments = Any
+    TaskIdFlags = Any
+    TaskIdArgument = Any
+else:
+    TaskIdArguments = argument(flagtable.TASK_IDS, autocompletion=complete_task_ids)
+    TaskIdFlags = option(flagtable.TASK_ID_FLAGS, autocompletion=complete_task_ids)
+    TaskIdArgument = argument(flagtable.TASK_ID_ARGUMENT, autocompletion=complete_task_ids)
 
 
 def task_ids(arguments: Sequence[int] | None, flags: Sequence[int] | None, command: str) -> list[int]:

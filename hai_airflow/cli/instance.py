@@ -3,45 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 import typer
 
+from hai_airflow.cli.columns import INSTANCE_COLUMNS, end_reason, start_kind
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
-from hai_airflow.cli.output import Column, OutputFlags, emit, placement, when
+from hai_airflow.cli.output import OutputFlags, emit
 
-if TYPE_CHECKING:
-    from hai_airflow.spec import InstanceView
-
-
-def end_reason(instance: InstanceView) -> str:
-    """`running`, `completed`, `preempted by task 7`, ... in the words `hai task` uses."""
-    if instance.end_reason is None:
-        return "running" if instance.ended_at is None else "ended"
-    if instance.end_reason == "preempted" and instance.preempted_by is not None:
-        return f"preempted by task {instance.preempted_by}"
-    return instance.end_reason
-
-
-def start_kind(instance: InstanceView) -> str:
-    """`first start`, or the checkpoint a resumed run loaded."""
-    if not instance.resume:
-        return "first start"
-    return f"resume from {instance.checkpoint}" if instance.checkpoint else "resume (no checkpoint yet)"
-
-
-INSTANCE_COLUMNS = (
-    Column("ID", lambda i: i.id, "right"),
-    Column("TASK", lambda i: i.job_id, "right", wide=True),
-    Column("STARTED", lambda i: when(i.started_at)),
-    Column("ENDED", lambda i: when(i.ended_at)),
-    Column("PLACEMENT", lambda i: placement(i.placement)),
-    Column("EXIT CODE", lambda i: i.exit_code, "right"),
-    Column("END REASON", end_reason),
-    Column("START", start_kind),
-)
+__all__ = ["INSTANCE_COLUMNS", "end_reason", "start_kind"]
 
 
 @with_flags()

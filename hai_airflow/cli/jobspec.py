@@ -1,25 +1,24 @@
-"""Job flags `hai create` and the `hai submit` commands share, declared once; their conversion to a spec.
+"""Job flags `hai create` and the `hai submit` commands share, as typer options made from `flagtable`;
+their conversion to a spec.
 
-The flags are built from `vocabulary` alone; the spec's models and the job-file reader load when a job
+The flags are built from the table alone; the spec's models and the job-file reader load when a job
 is first converted."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
 import re
-import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, get_args
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 
-from hai_airflow import arrays, durations
-from hai_airflow import labels as label_rules
-from hai_airflow.cli.flags import choice, completes
+from hai_airflow import durations
+from hai_airflow.cli import flagtable, jobfields
+from hai_airflow.cli.flags import option
 from hai_airflow.cli.output import error_line, note, usage_error
-from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, PROCESSES_HELP, Processes
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -28,7 +27,8 @@ if TYPE_CHECKING:
     from hai_airflow.jobfile import Document
     from hai_airflow.spec import JobSpec, Mode
 
-MAX_SCHEDULE_METAVAR = "[" + "|".join(str(c) for c in MAX_SCHEDULE_CHOICES) + "]"
+MAX_SCHEDULE_METAVAR = flagtable.MAX_SCHEDULE_METAVAR
+T = TypeVar("T")
 
 
 @functools.cache
@@ -46,10 +46,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-FLAG_SPELLINGS = {"name": "task-name", "code-dir": "code-path"}
-"""The platform document spells these flags twice: `hai create --task-name --code-path --image` and
-`hai submit standalone --name --code-dir --worker-image`. The first spelling, the spec's field names,
-is the one every job command lists; the second (left) is accepted by every job command unlisted."""
+FLAG_SPELLINGS = flagtable.FLAG_SPELLINGS
 
 
 def _accepting(spellings: Mapping[str, str]) -> dict[str, Any]:
@@ -59,161 +56,58 @@ def _accepting(spellings: Mapping[str, str]) -> dict[str, Any]:
 
 JOB_COMMAND = _accepting(FLAG_SPELLINGS)
 """`hai create` and `hai submit distributed`, where --worker-image is a flag of its own."""
-ONE_WORKER_COMMAND = _accepting({**FLAG_SPELLINGS, "worker-image": "image"})
+ONE_WORKER_COMMAND = _accepting(flagtable.ONE_WORKER_SPELLINGS)
 """`hai submit standalone` and `hai submit cpu`: a task of one worker, whose image is --image."""
 
-# The help texts pair an English explanation with the platform document's own words.
-TaskNameOption = Annotated[
-    str | None,
-    typer.Option(
-        "--task-name", metavar="TEXT", help="Task name; Chinese and English both work. 任务名称，支持中英文"
-    ),
-]
-CodePathOption = Annotated[
-    str | None,
-    typer.Option(
-        "--code-path",
-        metavar="TEXT",
-        help="Code directory (the job starts cd'd there) or git repository. 代码路径",
-    ),
-]
-ImageOption = Annotated[
-    str | None,
-    typer.Option(
-        "--image",
-        metavar="TEXT",
-        help="Docker image of the job. Default: local (run without a container). docker镜像地址",
-    ),
-]
-WorkerImageOption = Annotated[
-    str | None,
-    typer.Option(
-        "--worker-image",
-        metavar="TEXT",
-        help="Distributed: the image of each worker (it must have Horovod); default: --image. Standalone: "
-        "another name for --image. worker镜像",
-    ),
-]
-ModelIdOption = Annotated[
-    int | None,
-    typer.Option(
-        "--model-id",
-        metavar="INTEGER",
-        help="Model id, shown under <模型训练> on the web page. 模型ID，请从页面上的<模型训练>下查看ID",
-    ),
-]
-ProjectIdOption = Annotated[
-    int | None,
-    typer.Option(
-        "--project-id",
-        metavar="INTEGER",
-        help="Project id, shown under <我的项目> on the web page. 项目ID，请从页面上的<我的项目>下查看",
-    ),
-]
-CodeSrcOption = Annotated[
-    str,
-    typer.Option(
-        "--code-src",
-        metavar="[nas|git]",
-        help="Where the code is: nas (a directory on shared storage) or git (a repository). 代码位置",
-    ),
-]
-GitBranchOption = Annotated[
-    str | None,
-    typer.Option(
-        "--git-branch",
-        metavar="TEXT",
-        help="[optional] Git branch to check out, with --code-src git. "
-        "[可选] 代码git分支 (如果代码位置为git)",
-    ),
-]
-ModelDirOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model-dir",
-        metavar="TEXT",
-        help="[optional] Where the job saves its model and checkpoints (the job sees it as HAI_MODEL_DIR). "
-        "[可选] 模型保存路径",
-    ),
-]
-ProjectStorageOption = Annotated[
-    str | None,
-    typer.Option(
-        "--project-storage",
-        metavar="TEXT",
-        help="[optional] Project storage to mount: project ids, comma-separated. "
-        "[可选] 待挂载项目存储，填写项目ID，多个请用逗号分割. eg: 10111,10222",
-    ),
-]
-AfterOption = Annotated[
-    str | None,
-    typer.Option(
-        "--after",
-        metavar="IDS",
-        help="[optional] Start only after these tasks succeeded (comma-separated ids, like Slurm's "
-        "--dependency=afterok); cancelled if one of them ends otherwise.",
-    ),
-]
-AfterAnyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--after-any",
-        metavar="IDS",
-        help="[optional] Start only after these tasks ended, however they ended (afterany).",
-    ),
-]
-MaxScheduleOption = Annotated[
-    int,
-    typer.Option(
-        "--max-schedule",
-        metavar=MAX_SCHEDULE_METAVAR,
-        help="Expected queueing time in hours: 0 = low priority (may be suspended), more than 0 = high "
-        "priority (within your quota). 期望等待时长. 等于0为低优任务，大于0为高优任务，单位为h",
-    ),
-]
-ShmOption = Annotated[
-    int | None,
-    typer.Option(
-        "--shm", metavar="INTEGER", help="[optional] Shared memory in MB. [可选] 共享内存, 单位为MB"
-    ),
-]
-GpuTypeOption = Annotated[
-    str | None,
-    typer.Option(
-        "--gpu-type",
-        metavar="TEXT",
-        help="GPU type (V100, A100, P100, T4...). Default: the resource package's. GPU类型",
-    ),
-]
-ElasticOption = Annotated[
-    bool,
-    typer.Option(
-        "--elastic",
-        help="Elastic job (EFDL style): on suspension it is told to save (HAI_PREEMPT_NOTICE) and exit, "
-        "instead of being killed.",
-    ),
-]
-MinWorkersOption = Annotated[
-    int | None,
-    typer.Option(
-        "--min-workers",
-        metavar="INTEGER",
-        help="[optional] Distributed only: makes the task resizable. Rather than suspend it, a "
-        "high-priority task may shrink it by whole workers down to this many; it grows back to --workers "
-        "when GPUs free. Each resize is a save on the notice and a restart at the new size from that "
-        "checkpoint (implies --elastic).",
-        show_default=False,
-    ),
-]
-GraceOption = Annotated[
-    int | None,
-    typer.Option(
-        "--grace",
-        metavar="SECONDS",
-        help="Seconds between the save notice and the kill on suspension. "
-        "Default: 60 with --elastic, else 0.",
-    ),
-]
+if TYPE_CHECKING:
+    TaskNameOption = Any
+    CodePathOption = Any
+    ImageOption = Any
+    WorkerImageOption = Any
+    ModelIdOption = Any
+    ProjectIdOption = Any
+    CodeSrcOption = Any
+    GitBranchOption = Any
+    ModelDirOption = Any
+    ProjectStorageOption = Any
+    AfterOption = Any
+    AfterAnyOption = Any
+    MaxScheduleOption = Any
+    ShmOption = Any
+    GpuTypeOption = Any
+    ElasticOption = Any
+    MinWorkersOption = Any
+    GraceOption = Any
+    TimeLimitOption = Any
+    ProcessesOption = Any
+    EnvOption = Any
+    LabelOption = Any
+    ClientKeyOption = Any
+else:
+    TaskNameOption = option(flagtable.TASK_NAME)
+    CodePathOption = option(flagtable.CODE_PATH)
+    ImageOption = option(flagtable.IMAGE)
+    WorkerImageOption = option(flagtable.WORKER_IMAGE)
+    ModelIdOption = option(flagtable.MODEL_ID)
+    ProjectIdOption = option(flagtable.PROJECT_ID)
+    CodeSrcOption = option(flagtable.CODE_SRC)
+    GitBranchOption = option(flagtable.GIT_BRANCH)
+    ModelDirOption = option(flagtable.MODEL_DIR)
+    ProjectStorageOption = option(flagtable.PROJECT_STORAGE)
+    AfterOption = option(flagtable.AFTER)
+    AfterAnyOption = option(flagtable.AFTER_ANY)
+    MaxScheduleOption = option(flagtable.MAX_SCHEDULE)
+    ShmOption = option(flagtable.SHM)
+    GpuTypeOption = option(flagtable.GPU_TYPE)
+    ElasticOption = option(flagtable.ELASTIC)
+    MinWorkersOption = option(flagtable.MIN_WORKERS)
+    GraceOption = option(flagtable.GRACE)
+    TimeLimitOption = option(flagtable.TIME_LIMIT)
+    ProcessesOption = option(flagtable.PROCESSES)
+    EnvOption = option(flagtable.ENV)
+    LabelOption = option(flagtable.LABEL)
+    ClientKeyOption = option(flagtable.CLIENT_KEY)
+PROCESSES_CHOICES = flagtable.PROCESSES_CHOICES
 
 
 def duration_seconds(value: str) -> int:
@@ -224,77 +118,25 @@ def duration_seconds(value: str) -> int:
         raise typer.BadParameter(str(error)) from None
 
 
-TimeLimitOption = Annotated[
-    int | None,
-    typer.Option(
-        "--time-limit",
-        metavar="DURATION",
-        parser=duration_seconds,
-        help="[optional] Run time allowed over all runs (4h, 90m, 2d, 1:30:00); suspended time does "
-        "not count. At the limit the task gets the save notice and its grace, then ends TIMEOUT.",
-    ),
-]
-PROCESSES_CHOICES: tuple[Processes, ...] = get_args(Processes)
-ProcessesOption = Annotated[
-    str | None,
-    typer.Option(
-        "--processes",
-        metavar="[" + "|".join(PROCESSES_CHOICES) + "]",
-        parser=choice(*PROCESSES_CHOICES),
-        autocompletion=completes(*PROCESSES_CHOICES),
-        help=f"{PROCESSES_HELP} Default: per-gpu for distributed jobs, per-worker for standalone ones.",
-        show_default=False,
-    ),
-]
-EnvOption = Annotated[
-    list[str] | None,
-    typer.Option("--env", metavar="KEY=VALUE", help="Extra environment variable for the job; repeatable."),
-]
-LabelOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--label",
-        metavar="KEY=VALUE",
-        help="A label to find the task by (`hai task -l team=vision`); repeatable.",
-    ),
-]
-ClientKeyOption = Annotated[
-    str | None,
-    typer.Option(
-        "--client-key",
-        metavar="TEXT",
-        help="Idempotency key: submitting again with the same key returns the first job instead of a "
-        "second one (useful when the submitting stage itself may be retried).",
-    ),
-]
+def checked(rule: Callable[..., T], *args: Any) -> T:
+    """A rule of `jobfields`; its refusal is a usage error (exit 2) naming the flag."""
+    try:
+        return rule(*args)
+    except ValueError as error:
+        usage_error(str(error))
 
 
 def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
     """`--env KEY=VALUE` flags as a mapping."""
-    env: dict[str, str] = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            usage_error(f"--env {pair!r} is not KEY=VALUE. Write it like --env LR=0.1")
-        env[key] = value
-    return env
+    return checked(jobfields.parse_env, pairs)
 
 
 def parse_labels(pairs: Sequence[str] | None) -> dict[str, str] | None:
     """`--label KEY=VALUE` flags as labels (None: none given)."""
-    if not pairs:
-        return None
-    try:
-        return label_rules.parse_pairs(list(pairs))
-    except ValueError as error:
-        usage_error(f"--label: {error}. Write it like --label team=vision")
+    return checked(jobfields.parse_labels, pairs)
 
 
-def join_command(words: Sequence[str]) -> str:
-    """One quoted string stays as written; several words are joined as the shell would read them."""
-    if len(words) == 1:
-        return words[0]
-    return shlex.join(words)
+join_command = jobfields.join_command
 
 
 def build_spec(mode: Mode, fields: Mapping[str, Any], flags: Mapping[str, str], command: str) -> JobSpec:
@@ -318,16 +160,8 @@ def build_spec(mode: Mode, fields: Mapping[str, Any], flags: Mapping[str, str], 
 
 
 def image_fields(mode: Mode, image: str | None, worker_image: str | None) -> dict[str, Any]:
-    """--image and --worker-image as spec fields: a distributed task's workers run --worker-image, else
-    --image; a CPU or standalone task has one worker, so there --worker-image is its --image."""
-    if mode == "distributed":
-        return {"image": image or worker_image, "worker_image": worker_image}
-    if image and worker_image and image != worker_image:
-        usage_error(
-            f"--image {image} and --worker-image {worker_image} name two images for a {mode} task, which "
-            "runs one. Give only one of them"
-        )
-    return {"image": image or worker_image}
+    """--image and --worker-image as spec fields (`jobfields.image_fields`)."""
+    return checked(jobfields.image_fields, mode, image, worker_image)
 
 
 def spec_from_file(text: str, source: str) -> JobSpec:
@@ -380,15 +214,7 @@ def _at(source: str, line: int | None, message: str) -> str:
     return f"{source} line {line}: {message}" if line is not None else f"{source}: {message}"
 
 
-def absolute_code_path(data: dict[str, Any]) -> dict[str, Any]:
-    """A relative NAS code path means the directory as seen from here, as `cd` would read it.
-
-    The server accepts only absolute paths; a git URL is not a path and stays as written.
-    """
-    path = data.get("code_path")
-    if data.get("code_src", "nas") != "nas" or not isinstance(path, str) or not path or os.path.isabs(path):
-        return data
-    return {**data, "code_path": os.path.abspath(os.path.expanduser(path))}
+absolute_code_path = jobfields.absolute_code_path
 
 
 def flag_for(field: str, flags: Mapping[str, str]) -> str:
@@ -456,21 +282,7 @@ class JobFlags:
 
     def fields(self) -> dict[str, Any]:
         """These flags as spec fields (None = not given, so the spec's default applies)."""
-        return {
-            "model_id": self.model_id,
-            "project_id": self.project_id,
-            "code_src": self.code_src,
-            "git_branch": self.git_branch,
-            "model_dir": self.model_dir,
-            "project_storage": self.project_storage,
-            "max_schedule": self.max_schedule,
-            "shm": self.shm,
-            "env": parse_env(self.env),
-            "time_limit_seconds": self.time_limit,
-            "after": self.after,
-            "after_any": self.after_any,
-            "labels": parse_labels(self.label),
-        }
+        return checked(jobfields.job_fields, dataclasses.asdict(self))
 
 
 @dataclass(frozen=True)
@@ -483,18 +295,18 @@ class GpuJobFlags:
     grace: GraceOption = None
 
     def fields(self) -> dict[str, Any]:
-        """These flags as spec fields (None = not given, so the spec's default for the mode applies:
-        without --elastic, a task with --min-workers is elastic, any other is not)."""
-        return {"processes": self.processes, "elastic": self.elastic or None, "grace_seconds": self.grace}
+        """These flags as spec fields (`jobfields.gpu_job_fields`)."""
+        return jobfields.gpu_job_fields(dataclasses.asdict(self))
 
 
-def array_text(value: str) -> str:
-    """An --array value, checked here so that a bad one is a usage error before anything is sent."""
-    try:
-        arrays.parse(value)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
-    return value
+if TYPE_CHECKING:
+    WaitOption = Any
+    WaitTimeoutOption = Any
+    ArrayOption = Any
+else:
+    WaitOption = option(flagtable.WAIT)
+    WaitTimeoutOption = option(flagtable.WAIT_TIMEOUT)
+    ArrayOption = option(flagtable.ARRAY)
 
 
 @dataclass(frozen=True)
@@ -502,32 +314,6 @@ class SubmitFlags:
     """What every submitting command does after validating the job: idempotency and waiting."""
 
     client_key: ClientKeyOption = None
-    wait: Annotated[
-        bool,
-        typer.Option(
-            "--wait",
-            help="After submitting, wait for the task to end; the exit code is its outcome, as with "
-            "`hai wait` (0 succeeded, 1 failed, cancelled or TIMEOUT, 124 --wait-timeout passed).",
-        ),
-    ] = False
-    wait_timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--wait-timeout",
-            metavar="SECONDS",
-            min=0,
-            help="With --wait: give up waiting after this many seconds (the task keeps running).",
-            show_default=False,
-        ),
-    ] = None
-    array: Annotated[
-        str | None,
-        typer.Option(
-            "--array",
-            metavar="INDICES",
-            parser=array_text,
-            help="One task per index, like Slurm's --array: 0-9, 0-15:4 or 1,3,5; %K runs at most K at "
-            "once (0-9%2). Each task sees HAI_ARRAY_INDEX; `hai cancel` of the array's id (its first "
-            "task's) cancels them all.",
-        ),
-    ] = None
+    wait: WaitOption = False
+    wait_timeout: WaitTimeoutOption = None
+    array: ArrayOption = None

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import sys
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hai_airflow.cli import flagtable
+from hai_airflow.cli.columns import standing
 from hai_airflow.cli.connection import ServerFlags, connect, reconnect
-from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.flags import option, with_flags
 from hai_airflow.cli.ids import TaskIdArgument, complete_instance_ids, complete_task_ids
-from hai_airflow.cli.output import fail, note, standing, stdout_is_terminal, usage_error
+from hai_airflow.cli.output import fail, note, stdout_is_terminal, usage_error
 from hai_airflow.vocabulary import TERMINAL_STATES
 
 if TYPE_CHECKING:
@@ -21,48 +23,25 @@ RESUME_MARK = 4096
 """Characters of the output already printed that locate where to resume after a reconnect."""
 
 
+if TYPE_CHECKING:
+    InstanceIdOption = Any
+    TaskIdOption = Any
+    TailOption = Any
+    FollowOption = Any
+else:
+    InstanceIdOption = option(flagtable.INSTANCE_ID, autocompletion=complete_instance_ids)
+    TaskIdOption = option(flagtable.LOG_TASK_ID, autocompletion=complete_task_ids)
+    TailOption = option(flagtable.TAIL)
+    FollowOption = option(flagtable.FOLLOW)
+
+
 @with_flags()
 def log(
     id_: TaskIdArgument = None,
-    instance_id: Annotated[
-        int | None,
-        typer.Option(
-            "--instance-id",
-            "--instance_id",
-            metavar="INTEGER",
-            help="Instead of a task id: this instance, from `hai instance`. 运行实例ID，从hai instance获取",
-            autocompletion=complete_instance_ids,
-            show_default=False,
-        ),
-    ] = None,
-    task_id: Annotated[
-        int | None,
-        typer.Option(
-            "--task-id",
-            "--task_id",
-            metavar="INTEGER",
-            help="Task id, as the positional TASK_ID: the log of its latest instance.",
-            autocompletion=complete_task_ids,
-            show_default=False,
-        ),
-    ] = None,
-    tail: Annotated[
-        int,
-        typer.Option(
-            "--tail",
-            metavar="INTEGER",
-            help="Only the last K lines; 0 = the whole log. 仅获取尾部多少行，为0时表示获取全部",
-        ),
-    ] = 0,
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow",
-            "-f",
-            help="Keep printing new output until the instance ends; reconnects if the "
-            "server goes away meanwhile.",
-        ),
-    ] = False,
+    instance_id: InstanceIdOption = None,
+    task_id: TaskIdOption = None,
+    tail: TailOption = 0,
+    follow: FollowOption = False,
     connection: ServerFlags = ServerFlags(),
 ) -> None:
     """Print the training log of a task's latest instance (获取训练日志): `hai log 42 -f`;

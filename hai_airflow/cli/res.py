@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
+from hai_airflow.cli.columns import PACKAGE_COLUMNS
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import with_flags
-from hai_airflow.cli.output import Column, OutputFlags, emit
+from hai_airflow.cli.output import OutputFlags, emit
 
-PACKAGE_COLUMNS = (
-    Column("ID", lambda p: p.id, "right"),
-    Column("NAME", lambda p: p.name),
-    Column("GPU TYPE", lambda p: p.gpu_type),
-    Column("GPUS", lambda p: p.gpus, "right"),
-    Column("CPUS", lambda p: f"{p.cpus:g}", "right"),
-    Column("MEMORY", lambda p: f"{p.memory_gb:g} GB", "right"),
-    Column("STARTABLE NOW", lambda p: p.startable_now, "right"),
-)
+__all__ = ["PACKAGE_COLUMNS"]
 
 
 @with_flags()

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from hai_airflow.cli import flagtable, jobfields
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.create import submit_and_report
-from hai_airflow.cli.flags import with_flags
+from hai_airflow.cli.flags import argument, option, with_flags
 from hai_airflow.cli.jobspec import (
     JOB_COMMAND,
     ONE_WORKER_COMMAND,
@@ -23,10 +24,11 @@ from hai_airflow.cli.jobspec import (
     TaskNameOption,
     WorkerImageOption,
     build_spec,
+    checked,
     image_fields,
     join_command,
 )
-from hai_airflow.cli.output import OutputFlags, help_without_subcommand, note, usage_error
+from hai_airflow.cli.output import OutputFlags, help_without_subcommand, note
 
 if TYPE_CHECKING:
     from hai_airflow.spec import ResourcePackageView
@@ -55,88 +57,34 @@ def submit_group(ctx: typer.Context) -> None:
     help_without_subcommand(ctx)
 
 
-SUBMIT_FLAGS = {
-    "resource_pkg": "--gpus",
-    "worker_resource_pkg": "--gpus",
-    "cmd": "CMD",
-    "grace_seconds": "--grace",
-    "time_limit_seconds": "--time-limit",
-    "memory_gb": "--memory",
-}
+SUBMIT_FLAGS = jobfields.SUBMIT_FLAG_NAMES
 
 PLACEHOLDER_PACKAGE = 0
 """Stands in for the package while the flags are checked, before the server is asked for the real one."""
 
-SubmitGpuTypeOption = Annotated[
-    str | None,
-    typer.Option(
-        "--gpu-type", metavar="TEXT", help="GPU type, any case (v100, A100, p100, T4...). Default: any type."
-    ),
-]
-CommandArgument = Annotated[
-    list[str],
-    typer.Argument(
-        metavar="CMD", help='Start command, quoted: "python3 train.py --lr 0.1" (or unquoted after --).'
-    ),
-]
-
-
-ExactOption = Annotated[
-    bool,
-    typer.Option(
-        "--exact",
-        help="Refuse (exit 2) when no package has exactly --gpus GPUs, instead of taking the smallest "
-        "that holds more.",
-    ),
-]
-
-
-@dataclass(frozen=True)
-class GpuAsk:
-    """What the flags ask for: --gpus GPUs (per worker when distributed) of --gpu-type, --exact or not."""
-
-    gpus: int
-    gpu_type: str | None
-    exact: bool
-    per_worker: bool = False
-
-
-def _sizes(packages: Sequence[ResourcePackageView], gpu_type: str | None) -> list[int]:
-    """The GPU counts of the packages of `gpu_type` (any type when None), smallest first."""
-    from hai_airflow.scheduling.packages import smallest_package
-
-    # A package holds `gpu_type` exactly when it is the smallest fit among itself alone.
-    return sorted({p.gpus for p in packages if p.gpus and smallest_package([p], p.gpus, gpu_type) is p})
+if TYPE_CHECKING:
+    SubmitGpuTypeOption = Any
+    CommandArgument = Any
+    ExactOption = Any
+    StandaloneGpusOption = Any
+    CpusOption = Any
+    MemoryOption = Any
+else:
+    SubmitGpuTypeOption = option(flagtable.SUBMIT_GPU_TYPE)
+    CommandArgument = argument(flagtable.COMMAND)
+    ExactOption = option(flagtable.EXACT)
+    StandaloneGpusOption = option(flagtable.STANDALONE_GPUS)
+    CpusOption = option(flagtable.CPUS)
+    MemoryOption = option(flagtable.MEMORY)
+GpuAsk = jobfields.GpuAsk
 
 
 def _package_for(packages: Sequence[ResourcePackageView], ask: GpuAsk) -> ResourcePackageView:
     """The smallest package of at least --gpus GPUs of --gpu-type; one holding more is named on
     stderr (stdout stays the result), or refused with --exact."""
-    from hai_airflow.scheduling.packages import offered, smallest_package
-
-    if ask.gpus < 1:
-        usage_error("--gpus must be 1 or more. For a task without GPUs use `hai submit cpu`")
-    package = smallest_package(packages, ask.gpus, ask.gpu_type)
-    if package is None:
-        usage_error(
-            f"no resource package has {ask.gpus} {ask.gpu_type or ''} GPUs".replace("  ", " ")
-            + f" (offered: {offered(packages)}). Pick --gpus and --gpu-type from `hai res`"
-        )
-    if package.gpus == ask.gpus:
-        return package
-    if ask.exact:
-        *most, last = [str(n) for n in _sizes(packages, ask.gpu_type)]
-        sizes = f"{', '.join(most)} or {last}" if most else last
-        usage_error(
-            f"--gpus {ask.gpus} --exact: no {package.gpu_type} resource package has exactly {ask.gpus} "
-            f"GPUs. Give --gpus {sizes}, or leave out --exact to get the smallest that fits "
-            f"({package.gpus} GPUs)"
-        )
-    asked = f"{ask.gpus} GPUs per worker" if ask.per_worker else f"{ask.gpus} GPUs"
-    note(
-        f"package {package.id}: {package.gpus}×{package.gpu_type} "
-        f"(asked for {asked}; the smallest package that fits)"
-    )
+    package, chosen = checked(jobfields.package_for, packages, ask)
+    if chosen is not None:
+        note(chosen)
     return package
 
 
@@ -164,7 +112,7 @@ def standalone(
     task_name: TaskNameOption,
     code_path: CodePathOption,
     command: CommandArgument,
-    gpus: Annotated[int, typer.Option("--gpus", metavar="INTEGER", help="GPUs on one machine.")] = 1,
+    gpus: StandaloneGpusOption = 1,
     gpu_type: SubmitGpuTypeOption = None,
     exact: ExactOption = False,
     image: ImageOption = None,
@@ -182,8 +130,9 @@ def standalone(
     --gpu-type=p100 --code-dir=/workspace/cpfs-data/tensorflow-sample-code "python3 train.py"
     (--name, --code-dir and --worker-image are its spellings of --task-name, --code-path and --image.)
     """
-    fields = {"task_name": task_name, "code_path": code_path, "cmd": join_command(command), **job.fields()}
-    fields |= {**gpu_job.fields(), "image": image}
+    values = {"task_name": task_name, "code_path": code_path, "command": command, "image": image}
+    values |= {**dataclasses.asdict(job), **dataclasses.asdict(gpu_job)}
+    fields = checked(jobfields.short_form_fields, "standalone", values)
     ask = GpuAsk(gpus, gpu_type, exact)
     _submit_on_package("standalone", "resource_pkg", fields, ask, submit, connection, out)
 
@@ -229,8 +178,8 @@ def cpu(
     task_name: TaskNameOption,
     code_path: CodePathOption,
     command: CommandArgument,
-    cpus: Annotated[float, typer.Option("--cpus", metavar="FLOAT", help="CPU cores.")] = 1,
-    memory: Annotated[float, typer.Option("--memory", metavar="GB", help="Memory in GB.")] = 1,
+    cpus: CpusOption = 1,
+    memory: MemoryOption = 1,
     image: ImageOption = None,
     job: JobFlags = JobFlags(),
     submit: SubmitFlags = SubmitFlags(),
@@ -238,7 +187,8 @@ def cpu(
     out: OutputFlags = OutputFlags(),
 ) -> None:
     """A CPU stage, such as preprocessing, that holds no GPU; it may end by submitting the GPU stage."""
-    fields = {"task_name": task_name, "code_path": code_path, "cmd": join_command(command), **job.fields()}
-    fields |= {"image": image, "cpus": cpus, "memory_gb": memory}
+    values = {"task_name": task_name, "code_path": code_path, "command": command, "image": image}
+    values |= {"cpus": cpus, "memory": memory, **dataclasses.asdict(job)}
+    fields = checked(jobfields.short_form_fields, "cpu", values)
     spec = build_spec("cpu", fields, SUBMIT_FLAGS, "submit cpu")
     submit_and_report(spec, submit, connection, out)

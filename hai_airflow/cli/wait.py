@@ -7,62 +7,24 @@ import sys
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
+from hai_airflow.cli import flagtable
+from hai_airflow.cli.columns import TIMED_OUT, Outcome, describe, outcome_code, standing
 from hai_airflow.cli.connection import RECONNECT_FOR_SECONDS, ServerFlags, connect, reconnect
-from hai_airflow.cli.flags import with_flags
-from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, state_option, task_ids
-from hai_airflow.cli.output import OutputFlags, emit, say, standing, stdout_is_terminal, usage_error
+from hai_airflow.cli.flags import option, with_flags
+from hai_airflow.cli.ids import TaskIdArguments, TaskIdFlags, each, task_ids
+from hai_airflow.cli.output import OutputFlags, emit, say, stdout_is_terminal, usage_error
 from hai_airflow.vocabulary import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from hai_airflow.client import HaiClient
     from hai_airflow.spec import JobView
 
-TIMED_OUT = 124
-"""Exit code when --timeout passes first: the one GNU `timeout` uses, apart from 1 (failed) and 2 (usage)."""
-
 POLL_SECONDS = 30.0
 """The longest single long-poll; the server answers sooner when the state changes."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How waiting for one task ended: the task as last seen, whether it reached the awaited state,
-    and whether time ran out first."""
-
-    job: JobView
-    reached: bool
-    timed_out: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        """0 reached, 124 timed out, 1 ended elsewhere (failed, cancelled, or past the awaited state)."""
-        if self.reached:
-            return 0
-        return TIMED_OUT if self.timed_out else 1
-
-
-def outcome_code(outcomes: Sequence[Outcome]) -> int:
-    """The exit code of several waits: 1 if any task failed, else 124 if any timed out, else 0."""
-    codes = {o.exit_code for o in outcomes}
-    return 1 if 1 in codes else (TIMED_OUT if TIMED_OUT in codes else 0)
-
-
-def describe(outcome: Outcome, target: str | None) -> str:
-    """One result line: `task 42 SUCCEEDED`, `task 42 FAILED (exit code 3)`, `task 42 still PENDING ...`."""
-    job = outcome.job
-    if outcome.timed_out:
-        return f"task {job.id} still {job.state} when the wait timed out"
-    line = f"task {job.id} {job.state}"
-    if not outcome.reached and job.reason:
-        line += f" ({job.reason})"
-    if target is not None and not outcome.reached:
-        line += f"; it will not reach {target}"
-    return line
 
 
 def _passed_through(client: HaiClient, job_id: int, target: str) -> bool:
@@ -128,26 +90,21 @@ def wait_and_report(
     return max(code, outcome_code(outcomes))
 
 
-TimeoutOption = Annotated[
-    float | None,
-    typer.Option(
-        "--timeout",
-        metavar="SECONDS",
-        min=0,
-        help=f"Give up after this many seconds and exit {TIMED_OUT}. Default: wait as long as it takes.",
-        show_default=False,
-    ),
-]
+if TYPE_CHECKING:
+    TimeoutOption = Any
+    ForOption = Any
+else:
+    TimeoutOption = option(flagtable.TIMEOUT)
+    ForOption = option(flagtable.FOR_STATE)
+
+__all__ = ["TIMED_OUT", "Outcome", "describe", "outcome_code"]
 
 
 @with_flags()
 def wait(
     ids: TaskIdArguments = None,
     task_id: TaskIdFlags = None,
-    for_state: Annotated[
-        str | None,
-        state_option("--for", "Wait until the task is in this state (e.g. RUNNING). Default: until it ends."),
-    ] = None,
+    for_state: ForOption = None,
     timeout: TimeoutOption = None,
     connection: ServerFlags = ServerFlags(),
     out: OutputFlags = OutputFlags(),

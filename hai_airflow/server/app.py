@@ -17,7 +17,7 @@ from hai_airflow.server.controller import Controller
 from hai_airflow.server.errors import ERROR_RESPONSES, install_handlers, json_refusals
 from hai_airflow.server.intake import Intake
 from hai_airflow.server.metrics import RequestTimer
-from hai_airflow.server.routes import ops, router
+from hai_airflow.server.routes import cli_download, ops, router
 from hai_airflow.server.submission import Submissions
 
 
@@ -63,6 +63,7 @@ def create_app(ctx: ServerContext, controller: Controller | None = None) -> Fast
     app.openapi = lambda: json_refusals(openapi())  # type: ignore[method-assign]
 
     app.include_router(ops.router)
+    app.include_router(cli_download.router)
 
     # In-process: the pages never wait on a socket to themselves, nor on worker threads the API needs.
     app.mount("/ui", create_standalone_dashboard(app))

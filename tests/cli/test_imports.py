@@ -49,7 +49,9 @@ def test_importing_the_cli_loads_no_command() -> None:
         "hai_airflow.cli.main",
         "hai_airflow.cli.connection",
         "hai_airflow.cli.flags",
+        "hai_airflow.cli.flagtable",
         "hai_airflow.cli.output",
+        "hai_airflow.cli.tables",
     }
 
 
