@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hai_airflow import durations
-from hai_airflow.cli.tables import Column, age, duration, placement, state_style, when
+from hai_airflow.cli.listing import Column, age, duration, placement, state_style, when
 from hai_airflow.vocabulary import TERMINAL_STATES
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import typer
 
 from hai_airflow.cli import flagtable
 from hai_airflow.cli.flags import option
-from hai_airflow.cli.tables import (
+from hai_airflow.cli.listing import (
     NONE,
     STATE_STYLES,
     Column,

@@ -1,6 +1,6 @@
 """The downloadable `hai` (`GET /cli/hai`): the commands a job runs, for a plain `python3` (3.8+) with
 nothing installed. Its flags come from `flagtable`, its requests from `api_routes`, its spec fields
-from `jobfields` and what it prints from `columns` and `tables`, as the full `hai`'s do.
+from `jobfields` and what it prints from `columns` and `listing`, as the full `hai`'s do.
 
 The server is $HAI_SERVER; the token $HAI_TOKEN, else the file $HAI_TOKEN_FILE names (a job's
 credential). Tables are always the plain, space-aligned text the full `hai` prints when piped."""
@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from hai_airflow import api_routes, arrays
-from hai_airflow.cli import columns, flagtable, jobfields, tables
+from hai_airflow.cli import columns, flagtable, jobfields, listing
 from hai_airflow.vocabulary import TERMINAL_STATES
 
 if TYPE_CHECKING:
@@ -165,11 +165,11 @@ def output_format(args: argparse.Namespace) -> str:
 
 def show(
     data: Any,
-    cols: Sequence[tables.Column],
+    cols: Sequence[listing.Column],
     args: argparse.Namespace,
     one: bool,
     title: str | None = None,
-    sections: Sequence[tables.Section] = (),
+    sections: Sequence[listing.Section] = (),
     empty: str = "nothing to show",
 ) -> None:
     """Print a record or a listing as the full `hai` prints it when piped."""
@@ -180,12 +180,12 @@ def show(
     elif fmt == "name":
         out("".join(f"{row.id}\n" for row in rows))
     elif fmt == "csv":
-        out(tables.csv_text(rows, cols, not args.no_headers))
+        out(listing.csv_text(rows, cols, not args.no_headers))
     else:
         if not one and not data:
             note(empty)
-        grids = tables.listing_grids(data, one, cols, fmt == "wide", not args.no_headers, title, sections)
-        out(tables.plain_tables(grids))
+        grids = listing.listing_grids(data, one, cols, fmt == "wide", not args.no_headers, title, sections)
+        out(listing.plain_tables(grids))
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -198,7 +198,7 @@ def each(ids: Sequence[int], act: Callable[[int], Any]) -> tuple[list[Any], int]
         try:
             results.append(act(job_id))
         except Refused as refused:
-            note(tables.error_line(refused.message))
+            note(listing.error_line(refused.message))
             code = max(code, refused.code)
     return results, code
 
@@ -265,7 +265,7 @@ def task(args: argparse.Namespace) -> int:
                 args.user, args.state_filter, None, args.all_, args.limit, None, args.selector, args.array
             )
         )
-        cols = columns.job_columns(datetime.now(tables.utc()), with_user=args.all_ or args.user is not None)
+        cols = columns.job_columns(datetime.now(listing.utc()), with_user=args.all_ or args.user is not None)
         show(listed, cols, args, one=False, empty="no tasks; submit one with `hai create` or `hai submit`")
         return 0
     found, code = each(chosen, lambda i: call(api_routes.job(i)))
@@ -275,7 +275,7 @@ def task(args: argparse.Namespace) -> int:
             show(found if len(chosen) > 1 else found[0], detail, args, one=len(chosen) == 1)
         return code
     for job in found:
-        events = tables.Section("Events", job.events, columns.EVENT_COLUMNS)
+        events = listing.Section("Events", job.events, columns.EVENT_COLUMNS)
         show(job, detail, args, one=True, title=f"Task {job.id}", sections=(events,))
     return code
 
@@ -286,7 +286,7 @@ def instance(args: argparse.Namespace) -> int:
     listed = [run for found in runs for run in found]
     # Runs of several tasks name their task in every view, not only in -o wide.
     cols = [
-        tables.Column(c.header, c.cell, c.justify, c.wide and len(chosen) == 1)
+        listing.Column(c.header, c.cell, c.justify, c.wide and len(chosen) == 1)
         for c in columns.INSTANCE_COLUMNS
     ]
     named = " ".join(map(str, chosen))
@@ -410,7 +410,7 @@ class Parser(argparse.ArgumentParser):
     """argparse that refuses as the full `hai` does: one `Error:` line naming the command's help, exit 2."""
 
     def error(self, message: str) -> NoReturn:
-        note(tables.error_line(f"{message}. See `{self.prog} --help`"))
+        note(listing.error_line(f"{message}. See `{self.prog} --help`"))
         sys.exit(2)
 
 
@@ -481,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return RUN[args.run](args)
     except Refused as refused:
-        note(tables.error_line(refused.whole))
+        note(listing.error_line(refused.whole))
         return refused.code
     except KeyboardInterrupt:
         return 130

@@ -51,7 +51,7 @@ def test_importing_the_cli_loads_no_command() -> None:
         "hai_airflow.cli.flags",
         "hai_airflow.cli.flagtable",
         "hai_airflow.cli.output",
-        "hai_airflow.cli.tables",
+        "hai_airflow.cli.listing",
     }
 
 

@@ -27,7 +27,7 @@ MODULES = (
     "hai_airflow.labels",
     "hai_airflow.api_routes",
     "hai_airflow.scheduling.packages",
-    "hai_airflow.cli.tables",
+    "hai_airflow.cli.listing",
     "hai_airflow.cli.columns",
     "hai_airflow.cli.flagtable",
     "hai_airflow.cli.jobfields",
