@@ -29,6 +29,8 @@ RETRY_FOR_SECONDS = 120.0
 RETRY_FIRST_DELAY = 2.0
 RETRY_MAX_DELAY = 15.0
 DEFAULT_REGION = "default"
+TOKEN_FILE_VARIABLE = "HAI_TOKEN_FILE"
+"""A file holding the API token: in a job, its credential (the platform sets it), else any such file."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -104,7 +106,8 @@ def resolve_connection(
     """Explicit values first, then HAI_SERVER / HAI_TOKEN / HAI_REGION, then `$HAI_HOME` files.
 
     `$HAI_HOME/client.toml` may hold `default_region = "..."` and a `[regions]` table of
-    region name -> server URL; `$HAI_HOME/token` holds the token `hai serve` wrote.
+    region name -> server URL; `$HAI_HOME/token` holds the token `hai serve` wrote. Without HAI_TOKEN,
+    the file HAI_TOKEN_FILE names comes before `$HAI_HOME/token`: inside a job, the job's credential.
     """
     home = hai_home()
     cfg: dict[str, Any] = {}
@@ -132,11 +135,36 @@ def resolve_connection(
             server = cfg.get("server") or DEFAULT_SERVER
     if token is None:
         token = os.environ.get("HAI_TOKEN")
+    if token is None and os.environ.get(TOKEN_FILE_VARIABLE):
+        token = _token_file(Path(os.environ[TOKEN_FILE_VARIABLE]))
     if token is None:
         token_path = home / "token"
         if token_path.exists():
             token = token_path.read_text(encoding="utf-8").strip() or None
     return Connection(server=server.rstrip("/"), token=token, region=region)
+
+
+def _token_file(path: Path) -> str:
+    """The token in the file HAI_TOKEN_FILE names; a file that is missing, unreadable or empty is an
+    error that names it (never skipped for another token: a job would act as someone else)."""
+    try:
+        token = path.read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise HaiError(
+            2,
+            f"cannot read the token file {path} ({e.strerror or e})",
+            field=TOKEN_FILE_VARIABLE,
+            fix="Inside a job it is the job's credential, readable by the job's account while the job "
+            f"runs; elsewhere point {TOKEN_FILE_VARIABLE} at a readable file or unset it",
+        ) from None
+    if not token:
+        raise HaiError(
+            2,
+            f"the token file {path} is empty",
+            field=TOKEN_FILE_VARIABLE,
+            fix=f"Unset {TOKEN_FILE_VARIABLE}",
+        )
+    return token
 
 
 def usable(connection: Connection) -> Connection:
@@ -236,7 +264,7 @@ class HaiClient:
     """Blocking client. Every method raises `HaiError` (or `HaiUnreachable`) on failure.
 
     :param server: base URL of `hai serve`; default from the environment / `$HAI_HOME`.
-    :param token: API token; default from `HAI_TOKEN` or `$HAI_HOME/token`.
+    :param token: API token; default from `HAI_TOKEN`, the file `HAI_TOKEN_FILE` names, or `$HAI_HOME/token`.
     :param region: region name looked up in `$HAI_HOME/client.toml`.
     :param timeout: seconds for ordinary requests (long-polls add their own wait).
     :param on_behalf_of: hai user to act for (sent as `X-Hai-On-Behalf-Of` on every request); the

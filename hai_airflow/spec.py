@@ -717,8 +717,9 @@ class JobView(JobShapeView):
     project_id: int | None = None
     submitted_via: str | None = Field(
         default=None,
-        description="The service identity (e.g. airflow) that submitted it on `user`'s behalf; "
-        "null when the user submitted it.",
+        description="The service identity (e.g. airflow) that submitted it on `user`'s behalf, or "
+        "`job N` when the credential of `user`'s job N did (`hai` inside a job); null when the user "
+        "submitted it.",
     )
     requeued_from: int | None = Field(
         default=None,

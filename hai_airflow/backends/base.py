@@ -17,6 +17,8 @@ AnyJobSpec = CpuJobSpec | StandaloneJobSpec | DistributedJobSpec
 
 NOTICE_NAME = "preempt-notice"
 """The file in an instance's work dir whose appearance tells an elastic job to save and exit."""
+CREDENTIAL_NAME = "hai-token"
+"""The file in an instance's work dir holding its job credential (`HAI_TOKEN_FILE`), 0600, the job's."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,12 @@ class JobEnvironment:
     latest_checkpoint: str | None = None
     array: tuple[int, int] | None = None
     """The array it is a task of and its index there (`--array`); None outside one."""
+    server: str | None = None
+    """Where `hai` inside the job reaches the server (`HAI_SERVER`); None when the admin set no address
+    a job of this backend can reach (`[server] job_url`)."""
+    credential: str | None = field(default=None, repr=False)
+    """The instance's job credential: a token acting for its owner, which the backend hands to the job
+    as a file only the job's account reads (`HAI_TOKEN_FILE`), never in its environment or a log."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,11 @@ class Launch:
         return self.work_dir / NOTICE_NAME
 
     @property
+    def credential_path(self) -> Path:
+        """Where the local and docker backends write the job credential (the work dir is the job's)."""
+        return self.work_dir / CREDENTIAL_NAME
+
+    @property
     def env(self) -> dict[str, str]:
         """The job environment contract: the variables every process of every worker gets (the
         backend adds the rank variables, `workerenv`, and may say where paths are inside a container)."""
@@ -77,6 +90,10 @@ class Launch:
         }
         if job.latest_checkpoint:
             env["HAI_LATEST_CHECKPOINT"] = job.latest_checkpoint
+        if job.server:
+            env["HAI_SERVER"] = job.server
+        if job.credential is not None:
+            env["HAI_TOKEN_FILE"] = str(self.credential_path)
         if job.array is not None:
             env["HAI_ARRAY_ID"], env["HAI_ARRAY_INDEX"] = (str(n) for n in job.array)
         env.update({f"HAI_PROJECT_STORAGE_{sid}": path for sid, path in self.storages.items()})

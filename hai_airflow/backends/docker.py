@@ -24,6 +24,7 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from hai_airflow.backends import docker_config as cfg
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import BackendUnavailable, Exit, Handle, Launch, StartError
+from hai_airflow.backends.credential import write_credential
 from hai_airflow.backends.docker_logs import merge_lines
 from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT, clone_argv
@@ -197,6 +198,7 @@ class DockerBackend(ServedLogs):
         # Refuse a path that became a symlink out of bounds before anything is written through it.
         cfg.mounts(launch, self.options)
         account = job_account(self.options.run_as, launch, self.home) or cfg.server_account()
+        write_credential(launch, account, self.home)
         notice = cfg.notice_path(launch)
         notice.unlink(missing_ok=True)
         network = cfg.network_name(launch.instance_id) if cfg.uses_bridge(launch, self.options) else None

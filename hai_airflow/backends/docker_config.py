@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused
+from hai_airflow.backends.credential import credential_env
 from hai_airflow.backends.jobuser import JobUser, RunAs, server_user
 from hai_airflow.backends.launches import image_of
 from hai_airflow.backends.mounts import launch_mounts
@@ -169,6 +170,7 @@ def environment(launch: Launch, slot: WorkerSlot, opts: DockerOptions, account: 
     gang = gang_of(launch, opts)  # worker 0's container, or this host's loopback
     env |= rank_env(launch.spec, slot, len(slots_of(launch)), gang, renumber=not opts.virtual_gpus)
     env["HAI_PREEMPT_NOTICE"] = str(notice_path(launch))
+    env |= credential_env(launch)  # the work dir is bind-mounted at the same path
     # docker-init (tini) forwards signals to the command's process group, not only to the shell.
     env["TINI_KILL_PROCESS_GROUP"] = "1"
     return env

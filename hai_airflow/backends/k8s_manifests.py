@@ -1,7 +1,9 @@
-"""Kubernetes objects of an instance (worker pods, headless Service, MPIJob) and the server's RBAC."""
+"""Kubernetes objects of an instance (worker pods, headless Service, MPIJob, the Secret of its job
+credential) and the server's RBAC."""
 
 from __future__ import annotations
 
+import base64
 import os
 import shlex
 from collections.abc import Iterable, Mapping
@@ -11,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hai_airflow.backends.base import Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine
+from hai_airflow.backends.credential import credential_env
 from hai_airflow.backends.jobuser import JobUser, RunAs
 from hai_airflow.backends.launches import image_of
 from hai_airflow.backends.mounts import job_paths, launch_rules
@@ -43,6 +46,9 @@ MAIN = "job"
 RUN_DIR = "/hai/run"
 NOTICE_PATH = f"{RUN_DIR}/preempt-notice"
 GIT_DIR = "/hai/code"
+CREDENTIAL_DIR = "/hai/credential"
+CREDENTIAL_PATH = f"{CREDENTIAL_DIR}/token"
+"""Where a pod sees its instance's job credential (`HAI_TOKEN_FILE`): a Secret of its own, read-only."""
 MASTER_PORT = 29500
 POD_IP_ENV = "HAI_POD_IP"
 """A pod's own IP (downward API), in the pods of a gang that finds worker 0 by its pod IP."""
@@ -194,6 +200,11 @@ def pod_name(opts: KubernetesOptions, instance_id: int, rank: int) -> str:
     return f"{opts.owner}-{instance_id}-w{rank}"
 
 
+def credential_name(opts: KubernetesOptions, instance_id: int) -> str:
+    """Name of the Secret holding the instance's job credential."""
+    return f"{opts.owner}-{instance_id}-credential"
+
+
 def instance_labels(opts: KubernetesOptions, launch: Launch) -> dict[str, str]:
     return {
         LABEL_OWNER: opts.owner,
@@ -241,6 +252,7 @@ def environment(
     env |= rank_env(launch.spec, slot, len(slots(launch)), gang, launcher, renumber=not opts.virtual_gpus)
     # No exec into pods: an elastic pod's preStop hook creates the notice here, then SIGTERM follows.
     env["HAI_PREEMPT_NOTICE"] = NOTICE_PATH
+    env |= credential_env(launch, CREDENTIAL_PATH)
     for storage_id in launch.spec.project_storage:
         if storage_id in launch.storages:
             env[f"HAI_PROJECT_STORAGE_{storage_id}"] = _storage_path(opts, storage_id)
@@ -321,6 +333,9 @@ def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, An
     if launch.spec.code_src == "git":
         volumes.append({"name": "code", "emptyDir": {}})
         mounts.append({"name": "code", "mountPath": GIT_DIR})
+    if launch.job.credential is not None:
+        volumes.append({"name": "hai-credential", "secret": credential_volume(launch, opts)})
+        mounts.append({"name": "hai-credential", "mountPath": CREDENTIAL_DIR, "readOnly": True})
     if nas := nas_mounts(launch, opts):
         volumes.append({"name": "nas", "persistentVolumeClaim": {"claimName": opts.nas_pvc}})
         mounts += nas
@@ -331,6 +346,33 @@ def _volumes(launch: Launch, opts: KubernetesOptions) -> tuple[list[dict[str, An
             volumes.append({"name": name, "persistentVolumeClaim": {"claimName": claim}})
             mounts.append({"name": name, "mountPath": _storage_path(opts, storage_id)})
     return volumes, mounts
+
+
+def credential_volume(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
+    """The Secret volume of the job credential. Its file belongs to root, so the pod's account reads it
+    through `fs_group` where one is set (0440), else as anyone in the pod (0444): only the job runs there."""
+    mode = 0o440 if opts.fs_group is not None else 0o444
+    return {
+        "secretName": credential_name(opts, launch.instance_id),
+        "items": [{"key": "token", "path": "token"}],
+        "defaultMode": mode,
+    }
+
+
+def credential_secret(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
+    """The Secret the instance's pods mount their job credential from (`CREDENTIAL_PATH`)."""
+    token = launch.job.credential or ""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": credential_name(opts, launch.instance_id),
+            "namespace": opts.namespace,
+            "labels": instance_labels(opts, launch),
+        },
+        "data": {"token": base64.b64encode(token.encode("ascii")).decode("ascii")},
+    }
 
 
 def pod_security(opts: KubernetesOptions, account: JobUser | None = None) -> dict[str, Any]:
@@ -623,7 +665,8 @@ def mpijob(launch: Launch, opts: KubernetesOptions) -> dict[str, Any]:
 
 
 def rbac(namespace: str, subject: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The least the server needs: pods, logs, exec, Services and MPIJobs in its namespace; nodes to read.
+    """The least the server needs: pods, logs, exec, Services, MPIJobs and the Secrets of job credentials
+    (made and deleted, never read or listed) in its namespace; nodes to read.
 
     `subject` is an RBAC subject, e.g. {"kind": "ServiceAccount", "name": "hai", "namespace": "hai"}.
     """
@@ -635,6 +678,8 @@ def rbac(namespace: str, subject: Mapping[str, str]) -> list[dict[str, Any]]:
         # `hai exec`: its websocket is a GET, which newer API servers also check as create
         {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["get", "create"]},
         {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "delete"]},
+        # each instance's job credential, mounted by its pods: made and deleted by name, never read
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]},
         {"apiGroups": [MPI_GROUP], "resources": [MPI_PLURAL], "verbs": watchable},
     ]
     return [

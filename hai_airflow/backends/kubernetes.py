@@ -10,7 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -226,17 +226,10 @@ class KubernetesBackend(ServedLogs):
         account = self._owner_account(launch)
         self._make_model_dir(launch)
         self._ensure_watch()
-        # mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only; its workers' sshd runs as
-        # root, so jobs that run as their owner's account are gangs of pods.
-        use_mpijob = (
-            account is None
-            and m.is_distributed(launch)
-            and per_gpu(launch.spec)
-            and self.options.network == "pod"
-            and self._mpi_operator_installed()
-        )
+        use_mpijob = self._uses_mpijob(launch, account)
         created: list[tuple[str, str]] = []
         try:
+            launch = self._put_credential(launch, created)
             if use_mpijob:
                 body = m.mpijob(launch, self.options)
                 # Strict: a field the installed operator's schema does not know is refused, not dropped.
@@ -285,6 +278,48 @@ class KubernetesBackend(ServedLogs):
         if first is not None:
             self._make_the_others(inst, first)
         return inst.handle(self.ns)
+
+    def _uses_mpijob(self, launch: Launch, account: JobUser | None) -> bool:
+        """mpirun starts a process per GPU: the MPIJob fits per-gpu jobs only; its workers' sshd runs as
+        root, so jobs that run as their owner's account are gangs of pods."""
+        return (
+            account is None
+            and m.is_distributed(launch)
+            and per_gpu(launch.spec)
+            and self.options.network == "pod"
+            and self._mpi_operator_installed()
+        )
+
+    def _put_credential(self, launch: Launch, created: list[tuple[str, str]]) -> Launch:
+        """Make the Secret of the instance's job credential, which its pods mount (replacing one an
+        earlier start of the same instance left): the launch to start. Where the server may not make
+        Secrets (RBAC from before credentials), the job starts without one, and the log says why."""
+        if launch.job.credential is None:
+            return launch
+        secret = m.credential_secret(launch, self.options)
+        name = secret["metadata"]["name"]
+        try:
+            try:
+                self.core.create_namespaced_secret(self.ns, secret)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                self._delete("secret", name, 0)
+                self.core.create_namespaced_secret(self.ns, secret)
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            log.warning(
+                "instance %d starts without a job credential (no HAI_TOKEN_FILE): the server may not "
+                "create Secrets in %s (%s); apply the RBAC that `python -m hai_airflow.backends."
+                "k8s_manifests` prints",
+                launch.instance_id,
+                self.ns,
+                _explain(e),
+            )
+            return replace(launch, job=replace(launch.job, credential=None))
+        created.append(("secret", name))
+        return launch
 
     def _make_the_others(self, inst: _Instance, first: PodState) -> None:
         """Once worker 0's pod has an IP, make the other workers' pods of a gang that meets there.
@@ -372,6 +407,8 @@ class KubernetesBackend(ServedLogs):
                 answer = self.core.delete_namespaced_pod(name, self.ns, **raw)
             elif kind == "service":
                 answer = self.core.delete_namespaced_service(name, self.ns, **raw)
+            elif kind == "secret":
+                answer = self.core.delete_namespaced_secret(name, self.ns, **raw)
             else:
                 answer = self.custom.delete_namespaced_custom_object(
                     m.MPI_GROUP, m.MPI_VERSION, self.ns, m.MPI_PLURAL, name, **raw
@@ -595,6 +632,8 @@ class KubernetesBackend(ServedLogs):
                 self._delete("pod", name, 0)
         if inst.service:
             self._delete("service", inst.service, 0)
+        # The credential ends with the instance (the server refuses it from now on in any case).
+        self._delete("secret", m.credential_name(self.options, inst.instance_id), 0)
         with self._lock:
             self._instances.pop(inst.instance_id, None)
             self._ended_logs[inst.instance_id] = inst.log_path
@@ -764,6 +803,7 @@ class KubernetesBackend(ServedLogs):
             if not alive:
                 if inst.service:
                     self._delete("service", inst.service, 0)
+                self._delete("secret", m.credential_name(self.options, inst.instance_id), 0)
                 lost.append(Exit(inst.instance_id, None, "its pods are gone after a restart", lost=True))
             elif missing := [n for n in inst.pods if n not in states]:
                 # A gang of pods missing one cannot go on, formed or not. With `gang_address = "pod_ip"`
@@ -772,23 +812,28 @@ class KubernetesBackend(ServedLogs):
                 lost.append(self._finish(inst, (None, why), lost=True))
         with self._lock:
             orphans = [
-                s.name
+                s
                 for s in self._pods.values()
                 if s.instance_id not in known_instances and s.name not in known_pods
             ]
-        for name in orphans:
+        for state in orphans:
             # Started by this server but never recorded (it died in between): the job is requeued,
             # so this copy must not run beside the new one.
-            log.warning("deleting pod %s: no instance of this server owns it", name)
-            self._delete("pod", name, 0)
+            log.warning("deleting pod %s: no instance of this server owns it", state.name)
+            self._delete("pod", state.name, 0)
         for name, instance_id in mpijobs.items():
             if instance_id not in known_instances:
                 self._delete("mpijob", name, 0)
+        # Their credentials (found by name: the server never lists Secrets).
+        lone = {s.instance_id for s in orphans} | {i for i in mpijobs.values() if i not in known_instances}
+        for instance_id in sorted(i for i in lone if i is not None):
+            self._delete("secret", m.credential_name(self.options, instance_id), 0)
         self._ensure_watch()
         return lost
 
     def reap(self, instance_id: int, work_dir: Path) -> None:
-        """Delete the instance's pods and MPIJob (found by label) and its gang Service; `work_dir` unused."""
+        """Delete the instance's pods and MPIJob (found by label), its gang Service and its credential's
+        Secret; `work_dir` unused."""
         selector = m.instance_selector(self.options, instance_id)
         for pod in self.core.list_namespaced_pod(self.ns, label_selector=selector).items:
             name = pod.metadata.name
@@ -798,6 +843,7 @@ class KubernetesBackend(ServedLogs):
             if owner == instance_id:
                 self._delete("mpijob", name, 0)
         self._delete("service", m.instance_name(self.options, instance_id), 0)
+        self._delete("secret", m.credential_name(self.options, instance_id), 0)
 
     def _list_mpijobs(self) -> dict[str, int | None]:
         """This owner's MPIJobs (name -> instance id); none when the CRD is not installed."""

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from hai_airflow.backends import logs, procs
 from hai_airflow.backends.base import Exit, Handle, Launch, StartError
 from hai_airflow.backends.confine import PathRefused, confine
+from hai_airflow.backends.credential import credential_env, write_credential
 from hai_airflow.backends.execs import ExecRefused, ExecRun, LocalWorker, environ, run_local, worker_command
 from hai_airflow.backends.gitcode import clone_script
 from hai_airflow.backends.inventory import detect
@@ -229,6 +230,7 @@ class LocalBackend:
         notice_path.unlink(missing_ok=True)
         image = image_of(launch)
         user = job_account(self.options.run_as, launch, self.home)
+        write_credential(launch, user, self.home)
         base = self._environment(launch, image, user)
         slots = worker_slots(placement)
         port = free_port()
@@ -265,7 +267,7 @@ class LocalBackend:
             launch.work_dir,
             user.name if user is not None else server_user(),
         )
-        notice = {"HAI_PREEMPT_NOTICE": str(launch.notice_path)}
+        notice = {"HAI_PREEMPT_NOTICE": str(launch.notice_path), **credential_env(launch)}
         return image_env(
             {**platform, **self.options.env, **launch.env, **launch.spec.env, **notice},
             self.options.images.get(image),

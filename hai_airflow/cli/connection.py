@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 PRECEDENCE = (
     "Each of --server, --token and --region is taken from the flag, else its variable (HAI_SERVER, "
     "HAI_TOKEN, HAI_REGION), else $HAI_HOME/client.toml (`server`, `default_region`, [regions]) and "
-    "$HAI_HOME/token; a flag after the command beats one before it. --region picks the server from "
-    "[regions] and beats HAI_SERVER; --server beats --region."
+    "$HAI_HOME/token; a token file named by HAI_TOKEN_FILE (in a job, its credential) comes between "
+    "HAI_TOKEN and $HAI_HOME/token; a flag after the command beats one before it. --region picks the "
+    "server from [regions] and beats HAI_SERVER; --server beats --region."
 )
 
 
@@ -47,7 +48,7 @@ class ServerFlags:
         typer.Option(
             "--token",
             metavar="TOKEN",
-            help="API token. Default: $HAI_TOKEN, else $HAI_HOME/token.",
+            help="API token. Default: $HAI_TOKEN, else the file $HAI_TOKEN_FILE, else $HAI_HOME/token.",
             show_default=False,
             rich_help_panel="Connection",
         ),

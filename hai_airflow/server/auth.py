@@ -14,8 +14,9 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.server.acting import ON_BEHALF_OF, covers
 from hai_airflow.server.errors import ApiError
-from hai_airflow.server.tables import GroupRow, UserRow
+from hai_airflow.server.tables import GroupRow, InstanceRow, JobRow, UserRow
 from hai_airflow.server.tokens import same_hash, token_hash
+from hai_airflow.spec import TERMINAL_STATES, JobState
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,16 @@ class Caller:
     admin_of: frozenset[str]
     """Groups this caller administers (their own as group_admin, or listed as a group's admin)."""
     via: str | None = None
-    """The service identity acting for this user (`X-Hai-On-Behalf-Of`); None when the user calls."""
+    """The service identity acting for this user (`X-Hai-On-Behalf-Of`), or `job N` for the credential
+    of job N; None when the user calls."""
+    job_id: int | None = None
+    """The job whose credential made the request (`hai` inside a job, `HAI_TOKEN_FILE`); None for an
+    API token. Such a caller is its job's owner with a user's rights only (`JOB_ROUTES`)."""
 
     @property
     def is_platform_admin(self) -> bool:
-        return self.role == "platform_admin"
+        """A platform admin calling with their own token (never through a job's credential)."""
+        return self.role == "platform_admin" and self.job_id is None
 
     @property
     def actor(self) -> str:
@@ -107,18 +113,24 @@ async def authenticate(request: Request) -> Caller:
 
 
 def verify(request: Request, key: tuple[str, str | None] | None = None) -> Caller:
-    """`authenticate` from the store, for code running in a worker thread."""
+    """`authenticate` from the store, for code running in a worker thread.
+
+    A job credential is looked up afresh on every request, never kept: it stops acting the moment
+    its instance ends or its job is cancelled."""
     presented, named = key or _presented(request)
     ctx = request.app.state.ctx
     with ctx.store.read() as s:
         user = s.scalar(select(UserRow).where(UserRow.token_hash == presented))
         if user is None or not same_hash(user.token_hash, presented):
-            raise ApiError(401, "unknown API token", field="Authorization", fix=_NO_TOKEN_FIX)
-        if named is None:
+            caller = _job_caller(s, presented, named)
+        elif named is None:
             caller = _caller(s, user)
         else:
             acted_for = _acted_for(s, user, named)
             caller = _caller(s, acted_for, None if acted_for.name == user.name else user.name)
+    if caller.job_id is not None:
+        _require_job_route(request, caller)
+        return caller
     ctx.identities.put((presented, named), caller)
     return caller
 
@@ -179,3 +191,102 @@ def _acted_for(s: Session, service: UserRow, named: str) -> UserRow:
             f"the server config, or let {user.name} submit with their own token",
         )
     return user
+
+
+# ---- job credentials ----------------------------------------------------------------------------
+
+JOB_ROUTES: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("GET", "/api/v1/whoami"),
+        ("GET", "/api/v1/resource-packages"),
+        ("GET", "/api/v1/quota"),
+        ("GET", "/api/v1/quota/check"),
+        ("GET", "/api/v1/queue"),
+        ("POST", "/api/v1/jobs"),
+        ("GET", "/api/v1/jobs"),
+        ("GET", "/api/v1/jobs/revision"),
+        ("GET", "/api/v1/jobs/{job_id}"),
+        ("GET", "/api/v1/jobs/{job_id}/instances"),
+        ("GET", "/api/v1/jobs/{job_id}/wait"),
+        ("POST", "/api/v1/jobs/{job_id}/cancel"),
+        ("GET", "/api/v1/instances/{instance_id}"),
+        ("GET", "/api/v1/instances/{instance_id}/log"),
+    }
+)
+"""What a job credential may ask (method, route): submit, list, wait for, read the logs of and cancel
+its owner's jobs, and read what a submit needs. Anything else (quotas, nodes, holds, exec, files,
+/metrics, every admin action) is refused with 403, whoever owns the job."""
+
+_CREDENTIAL_FIX = "Run it with your own API token (HAI_TOKEN), outside the job"
+
+
+def _job_caller(s: Session, presented: str, named: str | None) -> Caller:
+    """The owner of the job whose live credential hashes to `presented`, with a user's rights only;
+    401 for a token that is no credential, or one whose instance ended or whose job was cancelled."""
+    inst = s.scalar(select(InstanceRow).where(InstanceRow.credential_hash == presented))
+    if inst is None or inst.credential_hash is None or not same_hash(inst.credential_hash, presented):
+        raise ApiError(401, "unknown API token", field="Authorization", fix=_NO_TOKEN_FIX)
+    job = s.get(JobRow, inst.job_id)
+    gone = _credential_ended(inst, job)
+    if gone is not None or job is None:
+        raise ApiError(
+            401,
+            f"this job credential no longer acts: {gone}",
+            field="Authorization",
+            fix="A job's credential works only while that run of the job runs; outside it, use your "
+            "own API token (HAI_TOKEN)",
+        )
+    if named is not None:
+        raise ApiError(
+            403,
+            f"the credential of task {job.id} acts only for its owner {job.user_name}; it may not send "
+            f"{ON_BEHALF_OF}",
+            field=ON_BEHALF_OF,
+            fix=f"Leave out {ON_BEHALF_OF}",
+        )
+    owner = s.get(UserRow, job.user_name)
+    if owner is None:
+        raise ApiError(
+            401,
+            f"this job credential no longer acts: {job.user_name}, who owns task {job.id}, is no longer a "
+            "hai user",
+            field="Authorization",
+            fix="Ask the platform admin",
+        )
+    # A user's rights, whatever the owner's role: a job administers nothing (`is_platform_admin`).
+    return Caller(
+        name=owner.name,
+        group=owner.group_name,
+        role=owner.role,
+        admin_of=frozenset(),
+        via=f"job {job.id}",
+        job_id=job.id,
+    )
+
+
+def _credential_ended(inst: InstanceRow, job: JobRow | None) -> str | None:
+    """Why the credential of `inst` acts no more, or None while its run goes on."""
+    if job is None:
+        return f"its task {inst.job_id} is gone"
+    if inst.ended_at is not None or job.current_instance_id != inst.id:
+        return f"instance {inst.id} of task {job.id} ended"
+    if job.cancel_requested or job.state == JobState.CANCELLED:
+        return f"task {job.id} was cancelled"
+    if job.state in TERMINAL_STATES:
+        return f"task {job.id} ended ({job.state})"
+    return None
+
+
+def _require_job_route(request: Request, caller: Caller) -> None:
+    """Refuse (403) what a job credential may not ask, naming why."""
+    route = getattr(request.scope.get("route"), "path", None) or request.url.path
+    if (request.method, route) in JOB_ROUTES:
+        return
+    admin = f" (though its owner {caller.name} is a {caller.role})" if caller.role != "user" else ""
+    raise ApiError(
+        403,
+        f"the credential of task {caller.job_id} may not {request.method} {route}{admin}: a job's "
+        "credential only submits, lists, waits for, reads the logs of and cancels its owner's tasks",
+        field="Authorization",
+        fix=_CREDENTIAL_FIX,
+    )

@@ -31,6 +31,9 @@ class ServerContext:
     """Callers the API verified lately (`auth.IDENTITY_SECONDS`)."""
     holder_id: str = ""
     """This process's controller identity (the lease holder name when it holds the lease)."""
+    listen_url: str | None = None
+    """Where this server listens, as a job on this machine reaches it (`HAI_SERVER` of local jobs); set
+    by `hai serve` once it knows its address, None where the API is not served over a socket."""
     forecaster: Forecaster | None = None
     """The controller's forecaster (its `latest` forecast of the queue); None until a controller runs here."""
     metrics: ServerMetrics = field(init=False)

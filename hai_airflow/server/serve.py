@@ -205,6 +205,35 @@ def port_problem(host: str, port: int) -> str | None:
     return None
 
 
+def warn_at_start(config: ServerConfig, ctx: ServerContext) -> None:
+    """What the server's log says at start about settings a shared cluster should have, and the store."""
+    if config.paths.allowed is None and config.server.backend != "local":
+        log.warning(
+            "[paths] allowed is not set: jobs may mount any directory but system paths and $HAI_HOME; "
+            'set e.g. allowed = ["/nas/{user}", "/nas/groups/{group}"] on a shared cluster'
+        )
+    if config.server.job_url is None and config.server.backend != "local":
+        log.warning(
+            "[server] job_url is not set: %s jobs get no HAI_SERVER, so `hai` inside a job cannot reach "
+            "this server unless the job sets HAI_SERVER itself; set job_url to an address jobs reach, "
+            'e.g. job_url = "http://hai.hai.svc:8765"',
+            config.server.backend,
+        )
+    advice = ctx.store.upkeep_advice()
+    if advice is not None:
+        log.warning(advice)
+
+
+def reachable_url(host: str, port: int) -> str:
+    """The URL a process on this machine reaches a server listening on host:port at: the loopback
+    address for a server listening on every interface."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class Serving(uvicorn.Server):
     """uvicorn's server, telling the API the moment a stop is asked: uvicorn first waits for open
     connections to close, and a followed log or a long-poll would hold it up to its grace."""
@@ -257,6 +286,7 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
             file=sys.stderr,
         )
         raise SystemExit(1) from None
+    ctx.listen_url = reachable_url(bind_host, bind_port)
     app = create_app(ctx, controller)
     log.info(
         "hai serve on http://%s:%d (store: %s, backend: %s)",
@@ -265,14 +295,7 @@ def main(config_path: Path | None = None, host: str | None = None, port: int | N
         ctx.store.dialect,
         config.server.backend,
     )
-    if config.paths.allowed is None and config.server.backend != "local":
-        log.warning(
-            "[paths] allowed is not set: jobs may mount any directory but system paths and $HAI_HOME; "
-            'set e.g. allowed = ["/nas/{user}", "/nas/groups/{group}"] on a shared cluster'
-        )
-    advice = ctx.store.upkeep_advice()
-    if advice is not None:
-        log.warning(advice)
+    warn_at_start(config, ctx)
     # Long-polls and followed logs end as the stop is asked (`Serving`); the grace is for the rest.
     settings = uvicorn.Config(
         app,

@@ -191,7 +191,11 @@ class InstanceRow(Base):
     """One run of a job: where it ran, how to find it again, how it ended."""
 
     __tablename__ = "instances"
-    __table_args__ = (Index("ix_instances_job", "job_id"), Index("ix_instances_ended", "ended_at"))
+    __table_args__ = (
+        Index("ix_instances_job", "job_id"),
+        Index("ix_instances_ended", "ended_at"),
+        Index("ix_instances_credential", "credential_hash", unique=True),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(Integer, ForeignKey("jobs.id"))
@@ -220,6 +224,9 @@ class InstanceRow(Base):
     """The lease holder that started it."""
     lost_gpu_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     """GPU-seconds of work it lost when it was stopped to resume later (past its job's latest checkpoint)."""
+    credential_hash: Mapped[str | None] = mapped_column(String(64))
+    """The keyed hash of its job credential (`server.tokens`), the token `hai` inside the run acts for
+    the job's owner with; never the token. None for runs started before credentials existed."""
 
 
 class EventRow(Base):
