@@ -30,7 +30,7 @@ class Budget:
             if held >= limit:
                 raise ApiError(
                     429,
-                    f"{user} already has {held} {self.what} open, as many as "
+                    f"{user} already has {held} {self.what}, as many as "
                     f"[limits] {self.setting} = {limit} allows",
                     fix=f"{fix}, or ask the platform admin to raise [limits] {self.setting}",
                 )
@@ -41,25 +41,27 @@ class Budget:
         with self._lock:
             return self._held[user]
 
-    def _give_back(self, user: str) -> None:
+    def _give_back(self, claim: Claim) -> None:
         with self._lock:
-            self._held[user] -= 1
-            if self._held[user] <= 0:
-                del self._held[user]
+            if claim.released:
+                return
+            claim.released = True
+            self._held[claim.user] -= 1
+            if self._held[claim.user] <= 0:
+                del self._held[claim.user]
 
 
 @dataclass
 class Claim:
-    """One unit of a user's budget, held until `release` (which may be called more than once)."""
+    """One unit of a user's budget, held until `release`, which may be called more than once and
+    from any thread (the first call gives it back)."""
 
     budget: Budget
     user: str
     released: bool = False
 
     def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.budget._give_back(self.user)
+        self.budget._give_back(self)
 
 
 def budget_of(request: Request, setting: str, what: str) -> Budget:

@@ -13,15 +13,12 @@ import asyncio
 import logging
 import os
 import threading
-from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from starlette.datastructures import State
-
 from hai_airflow.backends.execs import READ_BYTES, ExecRun
-from hai_airflow.server.errors import ApiError
+from hai_airflow.server.budgets import Claim
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -32,50 +29,6 @@ CONTROL_THREADS = 16
 """Exec starts, liveness checks, kills and exit codes under way at once."""
 READERS = ThreadPoolExecutor(READER_THREADS, thread_name_prefix="hai-exec-read")
 CONTROL = ThreadPoolExecutor(CONTROL_THREADS, thread_name_prefix="hai-exec")
-
-
-class ExecSlot:
-    """One exec counted against its user's budget until `release()` (once; later calls do nothing)."""
-
-    def __init__(self, budget: ExecBudget, user: str) -> None:
-        self._budget, self.user = budget, user
-        self._released = threading.Event()
-
-    def release(self) -> None:
-        with self._budget.lock:
-            if not self._released.is_set():
-                self._released.set()
-                self._budget.running[self.user] -= 1
-
-
-class ExecBudget:
-    """Execs each user has running on this server, bounded by `[limits] execs_per_user`."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.running: Counter[str] = Counter()
-
-    def take(self, user: str, limit: int) -> ExecSlot:
-        """A slot for one more exec of `user`; 429 naming the limit when they have `limit` running."""
-        with self.lock:
-            if self.running[user] >= limit:
-                raise ApiError(
-                    429,
-                    f"{user} already has {limit} command(s) of `hai exec` running: "
-                    f"[limits] execs_per_user = {limit}",
-                    fix="Wait for one to end, or end one (Ctrl-C, or give --timeout); the platform "
-                    "admin may raise [limits] execs_per_user",
-                )
-            self.running[user] += 1
-        return ExecSlot(self, user)
-
-
-def exec_budget(state: State) -> ExecBudget:
-    """The app's budget (one per app, made on first use, in the event loop's thread)."""
-    budget: ExecBudget | None = getattr(state, "exec_budget", None)
-    if budget is None:
-        budget = state.exec_budget = ExecBudget()
-    return budget
 
 
 async def on_control(fn: Callable[..., T], *args: object) -> T:
@@ -106,7 +59,7 @@ class ExecSession:
     its end, once, from any thread, without blocking: the command killed, what it holds released, and
     then its user's slot."""
 
-    def __init__(self, run: ExecRun, slot: ExecSlot) -> None:
+    def __init__(self, run: ExecRun, slot: Claim) -> None:
         self.run, self.slot = run, slot
         self.ended = threading.Event()
         self._lock = threading.Lock()

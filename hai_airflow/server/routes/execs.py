@@ -23,9 +23,10 @@ from hai_airflow.backends.execs import Exec, ExecRefused, ExecRun
 from hai_airflow.endpoints import NDJSON
 from hai_airflow.server.auth import Caller
 from hai_airflow.server.boundary import strict_body
+from hai_airflow.server.budgets import budget_of
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.errors import ApiError
-from hai_airflow.server.exec_bulkhead import ExecSession, exec_budget, on_control, start
+from hai_airflow.server.exec_bulkhead import ExecSession, on_control, start
 from hai_airflow.server.routes.deps import CallerDep, CtxDep, add_event, current_instance, visible_job
 from hai_airflow.server.routes.served import served_backend
 from hai_airflow.server.tables import JobRow
@@ -73,7 +74,11 @@ async def exec_in_job(
     in its directory: only the task's owner may, with at most `[limits] execs_per_user` running at once
     (429 past it). The answer streams `{"output": text}` lines, then one `{"exit_code": N, "reason":
     ...}` (reason: why it was ended early, or null)."""
-    slot = exec_budget(request.app.state).take(caller.name, ctx.config.limits.execs_per_user)
+    slot = budget_of(request, "execs_per_user", "commands of `hai exec` running").claim(
+        caller.name,
+        ctx.config.limits.execs_per_user,
+        "Wait for one to end, or end one (Ctrl-C, or give --timeout)",
+    )
     try:
         run = await _started(ctx, caller, job_id, body, request)
     except BaseException:

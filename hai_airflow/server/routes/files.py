@@ -115,7 +115,7 @@ def disposition(rel: str) -> str:
 
 
 def _claim(ctx: ServerContext, caller: Caller, request: Request) -> Claim:
-    budget = budget_of(request, "cp_streams_per_user", "`hai cp` streams")
+    budget = budget_of(request, "cp_streams_per_user", "`hai cp` streams open")
     return budget.claim(
         caller.name, ctx.config.limits.cp_streams_per_user, "Wait until one of your copies ends"
     )
