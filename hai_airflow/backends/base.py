@@ -62,6 +62,13 @@ class Launch:
     """The path rule of the job's owner, for the backend's check right before it mounts anything."""
     git_schemes: tuple[str, ...] = DEFAULT_SCHEMES
     """The protocols a git clone of the job's code may use (`[git] schemes`)."""
+    log_bytes: int | None = None
+    """The most bytes of output the instance's log keeps (`[limits] log_bytes_per_instance`), shared
+    by its workers; None: no cap."""
+
+    def worker_log_bytes(self, workers: int) -> int | None:
+        """Each of `workers` workers' share of `log_bytes` (at least 64 KiB)."""
+        return None if self.log_bytes is None else max(64 << 10, self.log_bytes // max(workers, 1))
 
     @property
     def notice_path(self) -> Path:

@@ -210,6 +210,10 @@ def create_kwargs(launch: Launch, slot: WorkerSlot, opts: DockerOptions, account
         "init": True,
         "detach": True,
     }
+    if (limit := launch.worker_log_bytes(len(slots_of(launch)))) is not None:
+        # The engine keeps at most this much of the worker's output (the newest), so the log kept
+        # when the container is removed is bounded too.
+        kwargs["log_config"] = {"type": "json-file", "config": {"max-size": str(limit), "max-file": "1"}}
     if launch.spec.shm:
         kwargs["shm_size"] = f"{launch.spec.shm}m"
     if worker.cpus > 0:

@@ -40,7 +40,7 @@ from hai_airflow.backends.jobuser import (
 from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, image_of, read_handles
 from hai_airflow.backends.notice import write_notice
 from hai_airflow.backends.spawner import SPAWNER, Spawner
-from hai_airflow.backends.supervisor import CODE_DIR_VARIABLE, RUN_AS_VARIABLE, kill_tree
+from hai_airflow.backends.supervisor import CODE_DIR_VARIABLE, LOG_LIMIT_VARIABLE, RUN_AS_VARIABLE, kill_tree
 from hai_airflow.backends.workerenv import (
     MASTER_ADDR,
     Gang,
@@ -457,7 +457,11 @@ class LocalBackend:
             log_path = worker_log_path(launch.log_path, slot.rank)
             args += [str(launch.log_path), f"[worker {slot.rank}] "]
         # Only the platform says whom the command runs as, never the job's own env.
-        env = {k: v for k, v in env.items() if k not in (RUN_AS_VARIABLE, CODE_DIR_VARIABLE)}
+        env = {
+            k: v for k, v in env.items() if k not in (RUN_AS_VARIABLE, CODE_DIR_VARIABLE, LOG_LIMIT_VARIABLE)
+        }
+        if (limit := launch.worker_log_bytes(len(launch.placement) or 1)) is not None:
+            env[LOG_LIMIT_VARIABLE] = str(limit)
         if user is not None:
             # The supervisor stays the server's user; only the command becomes the job's.
             env[RUN_AS_VARIABLE] = f"{user.uid}:{user.gid}:{','.join(map(str, user.groups))}"

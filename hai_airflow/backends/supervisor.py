@@ -39,6 +39,9 @@ PR_SET_CHILD_SUBREAPER = 36
 MAX_PENDING = 64 * 1024
 """A line longer than this goes to the combined log unfinished rather than growing without bound."""
 RUN_AS_VARIABLE = "HAI_RUN_AS"
+LOG_LIMIT_VARIABLE = "HAI_LOG_LIMIT"
+"""The most bytes of the command's output the worker's log keeps; after them one line says the rest
+was dropped, and the output is still read (a job is never blocked on a full pipe)."""
 CODE_DIR_VARIABLE = "HAI_CODE_DIR"
 """The command's directory as the platform checked it (every symlink resolved): entered only after the
 switch to the job's account, and only if it is still that directory."""
@@ -60,6 +63,7 @@ def main(argv: list[str], command_dir: int | None = None) -> int:
     exit_file, command = argv[1], argv[2]
     run_as = os.environ.pop(RUN_AS_VARIABLE, None)
     code_dir = os.environ.pop(CODE_DIR_VARIABLE, None)
+    limit = os.environ.pop(LOG_LIMIT_VARIABLE, None)
     combined = argv[3] if len(argv) > 4 else None
     prefix = argv[4].encode() if combined is not None else b""
     # The group's SIGTERM/SIGINT/SIGHUP are meant for the command; the supervisor lives on to record
@@ -67,19 +71,19 @@ def main(argv: list[str], command_dir: int | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
     become_subreaper()
-    pipe = os.pipe() if combined is not None else None
+    pipe = os.pipe() if combined is not None or limit is not None else None
     pid = os.fork()
     if pid == 0:
         _exec_command(command, pipe, run_as, command_dir, code_dir)
     if command_dir is not None:
         os.close(command_dir)
     ending = _Ending(pid)
-    if pipe is None or combined is None:
+    if pipe is None:
         code = ending.wait(block=True)
         assert code is not None
     else:
         os.close(pipe[1])
-        code = _pump(ending, pipe[0], combined, prefix)
+        code = _pump(ending, pipe[0], _Logs(combined, prefix, int(limit) if limit else None))
     # What the command left running (in the background, or in a session of its own) ends with it.
     kill_tree(os.getpid(), signal.SIGKILL, reap=True)
     _write_atomically(exit_file, f"{code}\n")
@@ -263,10 +267,47 @@ def _refuse(message: str) -> None:
     os._exit(126)
 
 
-def _pump(ending: _Ending, fd: int, combined_path: str, prefix: bytes) -> int:
-    """Copy the command's output to our stdout (the worker log) and, line by line, to the combined log."""
-    combined = os.open(combined_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    pending = b""
+class _Logs:
+    """Where a worker's output goes: our stdout (the worker's log) up to `limit` bytes, then one line
+    saying the rest is dropped; and, line by line with `prefix`, the instance's combined log."""
+
+    def __init__(self, combined_path: str | None, prefix: bytes, limit: int | None) -> None:
+        self.combined = None
+        if combined_path is not None:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+            self.combined = os.open(combined_path, flags, 0o644)
+        self.prefix, self.left, self.pending = prefix, limit, b""
+
+    def add(self, data: bytes) -> None:
+        if self.left is not None:
+            if self.left <= 0:
+                return
+            if len(data) > self.left:
+                self._keep(data[: self.left] + _DROPPED_LINE)
+                self.left = 0
+                return
+            self.left -= len(data)
+        self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
+        _write_all(1, data)
+        if self.combined is not None:
+            lines, self.pending = _split_lines(self.pending + data)
+            if lines:
+                _write_all(self.combined, b"".join(self.prefix + line for line in lines))
+
+    def end(self) -> None:
+        if self.combined is not None and self.pending:
+            _write_all(self.combined, self.prefix + self.pending + b"\n")
+
+
+_DROPPED_LINE = (
+    b"\n[hai] the log reached [limits] log_bytes_per_instance: the rest of this output is dropped\n"
+)
+
+
+def _pump(ending: _Ending, fd: int, logs: _Logs) -> int:
+    """Copy the command's output to its logs as it comes, until it has ended and the pipe is drained."""
     code: int | None = None
     while True:
         # Once the command has ended, only drain what is already there: a background process it left
@@ -276,16 +317,12 @@ def _pump(ending: _Ending, fd: int, combined_path: str, prefix: bytes) -> int:
             data = os.read(fd, 65536)
             if not data:
                 break
-            _write_all(1, data)
-            lines, pending = _split_lines(pending + data)
-            if lines:
-                _write_all(combined, b"".join(prefix + line for line in lines))
+            logs.add(data)
         if code is None:
             code = ending.wait(block=False)
         if code is not None and not ready:
             break
-    if pending:
-        _write_all(combined, prefix + pending + b"\n")
+    logs.end()
     if code is None:
         code = ending.wait(block=True)
         assert code is not None

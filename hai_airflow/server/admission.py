@@ -151,6 +151,7 @@ def prepare(ctx: ServerContext, new: NewInstance) -> Launch:
         grace_seconds=granted_grace(spec, ctx.config.limits.max_grace_seconds),
         paths=rules,
         git_schemes=ctx.config.git.schemes,
+        log_bytes=ctx.config.limits.log_bytes_per_instance,
     )
 
 

@@ -127,6 +127,14 @@ class LimitsSection(_Section):
         description="Jobs one user may have waiting (queued, suspended, held) at once; a submit past it "
         "(an array counts each task) gets 429.",
     )
+    log_bytes_per_instance: int = Field(
+        default=256 << 20,
+        ge=1 << 20,
+        le=1 << 40,
+        description="Most bytes of output an instance's log keeps (its workers share it); what comes "
+        "after is dropped behind one line saying so (docker: the engine keeps the newest). Default "
+        "256 MiB.",
+    )
     usage_window_days: int = Field(
         default=400,
         ge=1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -46,6 +47,7 @@ def test_standalone_container_env_labels_limits_exit_code_and_log(jobs: DockerJo
         shm=64,
         env={"EXTRA": "x y"},
     )
+    launch = dataclasses.replace(launch, log_bytes=3 << 20)  # [limits] log_bytes_per_instance
     handle = jobs.backend.start(launch)
     (container,) = jobs.containers(launch.instance_id)
     assert container.labels["hai.job-id"] == str(launch.job_id)
@@ -55,6 +57,11 @@ def test_standalone_container_env_labels_limits_exit_code_and_log(jobs: DockerJo
     assert host_config["Memory"] == 256 * 1024**2
     assert host_config["ShmSize"] == 64 * 1024**2
     assert host_config["Init"] is True
+    # The engine keeps at most the instance's log share of output, so the kept log is bounded too.
+    assert host_config["LogConfig"] == {
+        "Type": "json-file",
+        "Config": {"max-size": str(3 << 20), "max-file": "1"},
+    }
     assert handle.data["containers"] == [container.name]
 
     ended = jobs.wait(launch.instance_id)
