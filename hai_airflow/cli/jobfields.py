@@ -5,6 +5,7 @@ Python 3.8+; a refusal is a ValueError whose text names the flag and the fix."""
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -118,6 +119,16 @@ def short_form_fields(mode: str, values: Mapping[str, Any]) -> dict[str, Any]:
     fields.update(gpu_job_fields(values))
     fields.update(image_fields(mode, values["image"], values.get("worker_image")))
     return fields
+
+
+def flag_for(field: str, flags: Mapping[str, str]) -> str:
+    """The flag a user types for a spec field (`flags`: those not spelled `--field-name`)."""
+    return flags.get(field, "--" + field.replace("_", "-"))
+
+
+def in_flags(message: str, flags: Mapping[str, str]) -> str:
+    """The server's refusal of a spec (`spec.task_name is required`) naming flags instead of fields."""
+    return re.sub(r"\bspec\.([a-z_]+)", lambda m: flag_for(m[1], flags), message)
 
 
 SUBMIT_FLAG_NAMES = {

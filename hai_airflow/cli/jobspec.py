@@ -217,9 +217,7 @@ def _at(source: str, line: int | None, message: str) -> str:
 absolute_code_path = jobfields.absolute_code_path
 
 
-def flag_for(field: str, flags: Mapping[str, str]) -> str:
-    """The flag a user types for a spec field."""
-    return flags.get(field, "--" + field.replace("_", "-"))
+flag_for = jobfields.flag_for
 
 
 def describe_error(error: ErrorDetails, flags: Mapping[str, str], mode: str) -> str:

@@ -220,14 +220,31 @@ def _rule(rule: Callable[..., Any], *given: Any) -> Any:
 
 
 def submit_job(mode: str, fields: dict[str, Any], args: argparse.Namespace) -> int:
-    """Send the spec as the full `hai` does; print `created task ID`, or the job; --wait waits."""
+    """Send the spec as the full `hai` does; print `created task ID`, or the job; --wait waits. The
+    server checks the spec as for the full `hai`; its refusal names the flags."""
+    output_format(args)
+    try:
+        job = call(api_routes.submit(submit_body(mode, fields, args)))
+    except Refused as refused:
+        short = args.run != "create"
+        names = jobfields.SUBMIT_FLAG_NAMES if short else jobfields.CREATE_FLAG_NAMES
+        message = jobfields.in_flags(refused.message, names)
+        raise Refused(f"{message.rstrip('.')}. See `hai {args.run} --help`", refused.code) from None
+    return report_submitted(job, args)
+
+
+def submit_body(mode: str, fields: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """{spec, client_key, array}: what the full `hai` sends for the same flags."""
     spec = {k: v for k, v in jobfields.absolute_code_path(fields).items() if v is not None}
     body: dict[str, Any] = {"spec": {**spec, "mode": mode}}
     body["client_key"] = args.client_key or f"hai-cli-{uuid.uuid4().hex}"
     if args.array is not None:
         body["array"] = args.array
+    return body
+
+
+def report_submitted(job: Any, args: argparse.Namespace) -> int:
     fmt = output_format(args)
-    job = call(api_routes.submit(body))
     ids = [job.id]
     if args.array is not None:
         found = call(api_routes.jobs(array=job.id, limit=arrays.MAX_ELEMENTS))

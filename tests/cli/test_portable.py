@@ -253,6 +253,14 @@ def test_every_reading_command_prints_what_the_full_one_prints(clean: LiveServer
         pytest.param(("log", "--tail", "-1", "1"), "--tail", id="a negative tail"),
         pytest.param(("task", "--bogus"), "--bogus", id="an unknown flag"),
         pytest.param(("wait", "--timeout", "-1", "1"), "--timeout", id="below the minimum"),
+        pytest.param(
+            ("submit", "standalone", "--gpus", "1", "true"), "--task-name", id="the spec lacks a name"
+        ),
+        pytest.param(
+            ("create", "--task-name", "x", "--cmd", "true", "--code-path", "/tmp"),
+            "--resource-pkg",
+            id="no package",
+        ),
     ],
 )
 def test_bad_input_names_the_flag_and_exits_2(
