@@ -506,7 +506,8 @@ def check_and_summarise(hai: HaiService, train_id: int, urgent_id: int) -> int:
     with hai.client() as client:
         train, urgent = client.job(train_id), client.job(urgent_id)
         instances = client.instances(train_id)
-    resumed = [i for i in instances if i.resume]
+        resumed = [i for i in instances if i.resume]
+        loaded = trainer_loaded(client.log(resumed[0].id)) if resumed else None
     problems = []
     if train.state != JobState.SUCCEEDED:
         problems.append(f"training job ended {train.state}")
@@ -514,6 +515,11 @@ def check_and_summarise(hai: HaiService, train_id: int, urgent_id: int) -> int:
         problems.append(f"high-priority job ended {urgent.state}")
     if train.preemptions < 1 or not resumed or resumed[0].checkpoint is None:
         problems.append("the training job was not suspended and resumed from a checkpoint")
+    elif loaded != Path(resumed[0].checkpoint or "").name:
+        problems.append(
+            f"the resume event names {Path(resumed[0].checkpoint or '').name} (its HAI_LATEST_CHECKPOINT) "
+            f"but the trainer loaded {loaded}"
+        )
     print(flush=True)
     for title, args in (
         ("hai task --all", ("task", "--all")),
@@ -533,6 +539,12 @@ def check_and_summarise(hai: HaiService, train_id: int, urgent_id: int) -> int:
         "the Airflow task just kept waiting"
     )
     return 0
+
+
+def trainer_loaded(log_text: str) -> str | None:
+    """The checkpoint file the trainer says it resumed from (`resumed from step 30 (checkpoint-…pt)`)."""
+    said = re.search(r"^resumed from step \d+ \((.+)\)$", log_text, re.MULTILINE)
+    return said[1] if said else None
 
 
 AIRFLOW_SERVICES = ("scheduler", "dag-processor", "triggerer")

@@ -1,4 +1,4 @@
-"""Finding a job's newest checkpoint in its model directory."""
+"""Finding a job's newest checkpoint in its model directory: the newest complete file it wrote."""
 
 from __future__ import annotations
 
@@ -21,6 +21,18 @@ class Checkpoint:
     """Modification time (POSIX seconds)."""
 
 
+@dataclass(frozen=True)
+class Counted:
+    """Which entries of a model dir are progress (`[checkpoints]`)."""
+
+    patterns: Sequence[str]
+    """Globs of the file names that count: by default any."""
+    ignore: Sequence[str]
+    """Globs of the names of files being written (temp names, dotfiles): never progress, nor searched."""
+    directories: Sequence[str]
+    """Globs of the directory names that are one checkpoint as a whole (`checkpoint-500/`)."""
+
+
 def _matches(name: str, patterns: Sequence[str]) -> bool:
     return any(fnmatch(name, p) for p in patterns)
 
@@ -35,24 +47,23 @@ def _text(name: str) -> bool:
     return True
 
 
-def newest_checkpoint(
-    model_dir: Path,
-    patterns: Sequence[str],
-    ignore: Sequence[str],
-    written_before: float | None = None,
-    beneath: str | None = None,
-) -> Checkpoint | None:
-    """The most recently modified file (or directory, e.g. `checkpoint-500/`) matching `patterns`.
+def _newer(found: Checkpoint, best: Checkpoint | None) -> bool:
+    """Newest by modification time; the greater path breaks a tie, so every scan picks the same."""
+    return best is None or found.at > best.at or (found.at == best.at and found.path > best.path)
 
-    Temp files (`ignore`) never count: a writer that saves atomically renames them into place.
-    With `written_before`, anything modified later is skipped: after a hard kill a half-written
-    file must not replace the last good checkpoint.
+
+def newest_checkpoint(model_dir: Path, counted: Counted, beneath: str | None = None) -> Checkpoint | None:
+    """The most recently modified complete file the job wrote under `model_dir` (3 levels deep) whose
+    name matches `counted.patterns`, or a directory matching `counted.directories` (as a whole).
+
+    A file being written is not progress: a writer that saves atomically writes a temp name or a
+    dotfile (`counted.ignore`) and renames it into place, so whatever bears a final name is complete.
 
     The walk follows no link the user controls: the model dir is opened from `beneath` (its allowed
     root, or the job's own dir; None: the model dir itself is the root) by `open_beneath`, the one
     routine every reader of a model dir uses, with no link followed at any component; every directory
     below it is opened from its parent's fd without following a link, so a dir swapped for a symlink,
-    before or during the scan, leads nowhere.
+    before or during the scan, leads nowhere. A link in the model dir is never a checkpoint.
     """
     try:
         top = open_beneath(beneath or str(model_dir), str(model_dir))
@@ -66,30 +77,44 @@ def newest_checkpoint(
             try:
                 entries = list(os.scandir(fd))
             except OSError:
-                os.close(fd)
-                continue
+                entries = []
             for entry in entries:
-                if _matches(entry.name, ignore) or not _text(entry.name):
-                    continue
-                try:
-                    is_dir = entry.is_dir(follow_symlinks=False)
-                    mtime = entry.stat(follow_symlinks=False).st_mtime
-                except OSError:
-                    continue
-                path = os.path.join(where, entry.name)
-                if _matches(entry.name, patterns):
-                    if written_before is not None and mtime > written_before:
-                        continue
-                    if best is None or mtime > best.at or (mtime == best.at and path > best.path):
-                        best = Checkpoint(path, mtime)
-                elif is_dir and depth + 1 < MAX_DEPTH:
+                found, below = _look_at(entry, where, counted, depth + 1 < MAX_DEPTH)
+                if found is not None and _newer(found, best):
+                    best = found
+                if below:
                     with contextlib.suppress(OSError):  # swapped for a link, or gone: not walked
-                        stack.append((_open_dir(entry.name, fd), path, depth + 1))
+                        stack.append((_open_dir(entry.name, fd), _path(where, entry), depth + 1))
             os.close(fd)
     finally:
         for fd, _where, _depth in stack:
             os.close(fd)
     return best
+
+
+def _path(where: str, entry: os.DirEntry[str]) -> str:
+    return os.path.join(where, entry.name)
+
+
+def _look_at(
+    entry: os.DirEntry[str], where: str, counted: Counted, descend: bool
+) -> tuple[Checkpoint | None, bool]:
+    """What one entry is: a checkpoint (a complete regular file, or a checkpoint directory), and
+    whether to search below it (any other directory, while not too deep)."""
+    if _matches(entry.name, counted.ignore) or not _text(entry.name):
+        return None, False
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return None, False
+    found = Checkpoint(_path(where, entry), st.st_mtime)
+    if entry.is_file(follow_symlinks=False):
+        return (found if _matches(entry.name, counted.patterns) else None), False
+    if not entry.is_dir(follow_symlinks=False):
+        return None, False  # a link, a fifo, a socket: never progress
+    if _matches(entry.name, counted.directories):
+        return found, False
+    return None, descend
 
 
 def _open_dir(name: str, parent: int) -> int:

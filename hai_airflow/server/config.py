@@ -17,7 +17,8 @@ from hai_airflow.spec import GroupConfig, NodeConfig, ResourcePackage, UserConfi
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-DEFAULT_CHECKPOINT_PATTERNS: tuple[str, ...] = ("*.pt", "*.ckpt", "checkpoint*")
+DEFAULT_CHECKPOINT_PATTERNS: tuple[str, ...] = ("*",)
+DEFAULT_CHECKPOINT_DIRECTORIES: tuple[str, ...] = ("checkpoint-*", "global_step*")
 DEFAULT_CHECKPOINT_IGNORE: tuple[str, ...] = ("*.tmp", "*.temp", "*.partial", "*.part", "*.lock", ".*", "*~")
 
 
@@ -71,11 +72,20 @@ class ServerSection(_Section):
 
 class CheckpointsSection(_Section):
     patterns: tuple[str, ...] = Field(
-        default=DEFAULT_CHECKPOINT_PATTERNS, min_length=1, description="Globs of checkpoint file names."
+        default=DEFAULT_CHECKPOINT_PATTERNS,
+        min_length=1,
+        description="Globs of the file names in a model dir that are a job's progress (its resume, "
+        'events and lost work): by default any complete file; an admin may narrow it, e.g. ["*.pt"].',
     )
     ignore: tuple[str, ...] = Field(
         default=DEFAULT_CHECKPOINT_IGNORE,
-        description="Globs of files that are never checkpoints (temp files).",
+        description="Globs of the names of files being written (temp names, dotfiles): never progress, "
+        "nor searched below.",
+    )
+    directories: tuple[str, ...] = Field(
+        default=DEFAULT_CHECKPOINT_DIRECTORIES,
+        description="Globs of directory names that are one checkpoint as a whole (Hugging Face's "
+        "checkpoint-500/, DeepSpeed's global_step500/); other directories are searched, 3 levels deep.",
     )
 
 

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.server import clock, paths, transitions
-from hai_airflow.server.checkpoints import Checkpoint, newest_checkpoint
+from hai_airflow.server.checkpoints import Checkpoint, Counted, newest_checkpoint
 from hai_airflow.server.context import ServerContext
 from hai_airflow.server.tables import InstanceRow, JobRow
 from hai_airflow.spec import JobState
@@ -52,9 +52,10 @@ class CheckpointScanner:
         if root is None:
             return None
         cfg = self.ctx.config.checkpoints
-        # After a kill without grace, files written since the kill request may be half-written.
-        cutoff = inst.stop_requested_at if inst.stop_kind and inst.grace_seconds == 0 else None
-        return newest_checkpoint(Path(inst.model_dir), cfg.patterns, cfg.ignore, cutoff, beneath=root)
+        # No cutoff at a kill: a file saved between the kill request and the kill, under its final
+        # name, is complete (a save in progress bears a temp name), and the job resumes from it.
+        counted = Counted(cfg.patterns, cfg.ignore, cfg.directories)
+        return newest_checkpoint(Path(inst.model_dir), counted, beneath=root)
 
     def scan(self) -> None:
         """Show each running job's newest checkpoint on the job (passed to its next instance)."""

@@ -16,8 +16,9 @@ from sqlalchemy import update
 from hai_airflow.backends.base import Exit
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server import lease
-from hai_airflow.server.checkpoints import newest_checkpoint
+from hai_airflow.server.checkpoints import Counted, newest_checkpoint
 from hai_airflow.server.config import (
+    DEFAULT_CHECKPOINT_DIRECTORIES,
     DEFAULT_CHECKPOINT_IGNORE,
     DEFAULT_CHECKPOINT_PATTERNS,
     DEFAULT_PORT,
@@ -126,19 +127,29 @@ def touch(path: Path, at: float) -> Path:
     return path
 
 
-def test_newest_checkpoint_skips_temp_files_and_non_matching_names(tmp_path: Path) -> None:
+COUNTED = Counted(DEFAULT_CHECKPOINT_PATTERNS, DEFAULT_CHECKPOINT_IGNORE, DEFAULT_CHECKPOINT_DIRECTORIES)
+
+
+def test_any_complete_file_counts_but_not_temp_names_nor_dotfiles(tmp_path: Path) -> None:
     now = time.time()
     touch(tmp_path / "epoch1.pt", now - 30)
-    best = touch(tmp_path / "sub" / "epoch2.ckpt", now - 20)
+    best = touch(tmp_path / "sub" / "model_latest.pth", now - 20)
     touch(tmp_path / "epoch3.pt.tmp", now - 10)
     touch(tmp_path / ".epoch4.pt", now - 5)
-    touch(tmp_path / "metrics.json", now)
-    found = newest_checkpoint(tmp_path, DEFAULT_CHECKPOINT_PATTERNS, DEFAULT_CHECKPOINT_IGNORE)
+    touch(tmp_path / ".hidden" / "epoch5.pt", now - 4)
+    touch(tmp_path / "epoch6.pt~", now - 3)
+    found = newest_checkpoint(tmp_path, COUNTED)
     assert found is not None and found.path == str(best)
-    assert (
-        newest_checkpoint(tmp_path / "missing", DEFAULT_CHECKPOINT_PATTERNS, DEFAULT_CHECKPOINT_IGNORE)
-        is None
-    )
+    assert newest_checkpoint(tmp_path / "missing", COUNTED) is None
+
+
+def test_an_admin_may_narrow_the_names_that_count(tmp_path: Path) -> None:
+    now = time.time()
+    best = touch(tmp_path / "epoch1.pt", now - 30)
+    touch(tmp_path / "metrics.json", now)
+    narrowed = Counted(("*.pt",), DEFAULT_CHECKPOINT_IGNORE, DEFAULT_CHECKPOINT_DIRECTORIES)
+    found = newest_checkpoint(tmp_path, narrowed)
+    assert found is not None and found.path == str(best)
 
 
 def test_a_name_that_is_not_utf8_is_never_a_checkpoint_nor_searched_below(tmp_path: Path) -> None:
@@ -146,17 +157,17 @@ def test_a_name_that_is_not_utf8_is_never_a_checkpoint_nor_searched_below(tmp_pa
     best = touch(tmp_path / "epoch1.pt", now - 30)
     touch(tmp_path / os.fsdecode(b"epoch2-\xff.pt"), now - 20)  # bytes the store cannot hold
     touch(tmp_path / os.fsdecode(b"run-\xfe") / "epoch3.pt", now - 10)
-    found = newest_checkpoint(tmp_path, DEFAULT_CHECKPOINT_PATTERNS, DEFAULT_CHECKPOINT_IGNORE)
+    found = newest_checkpoint(tmp_path, COUNTED)
     assert found is not None and found.path == str(best)
 
 
-def test_a_checkpoint_directory_counts_and_late_writes_are_ignored(tmp_path: Path) -> None:
+def test_a_checkpoint_directory_counts_as_a_whole_and_a_link_never_counts(tmp_path: Path) -> None:
     now = time.time()
     hf = tmp_path / "checkpoint-500"
     touch(hf / "model.bin", now - 20)
     os.utime(hf, (now - 20, now - 20))
-    touch(tmp_path / "late.pt", now)  # written after the kill request
-    found = newest_checkpoint(tmp_path, DEFAULT_CHECKPOINT_PATTERNS, DEFAULT_CHECKPOINT_IGNORE, now - 10)
+    (tmp_path / "latest.pt").symlink_to(hf / "model.bin")  # newer, but a link
+    found = newest_checkpoint(tmp_path, COUNTED)
     assert found is not None and found.path == str(hf)
 
 
