@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from hai_airflow.scheduling.weight import deadline_at
-from hai_airflow.sim.engine import SimRun
+from hai_airflow.sim.engine import JobOutcome, SimRun
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -93,6 +93,13 @@ def low_waits_by_user(run: SimRun) -> dict[str, list[float]]:
     return {user: sorted(w) for user, w in waits.items()}
 
 
+def _started_in_time(o: JobOutcome) -> bool:
+    """A high-priority job started by its max_schedule deadline."""
+    return o.first_started_at is not None and o.first_started_at <= deadline_at(
+        o.job.submit_time, o.job.max_schedule
+    )
+
+
 def summarize(run: SimRun) -> SimSummary:
     outcomes = [o for o in run.outcomes if o.rejected is None]
     finished = [o for o in outcomes if o.finished_at is not None]
@@ -105,12 +112,7 @@ def summarize(run: SimRun) -> SimSummary:
         for o in outcomes
         if not o.high and o.first_started_at is not None
     )
-    within = sum(
-        1
-        for o in high
-        if o.first_started_at is not None
-        and o.first_started_at <= deadline_at(o.job.submit_time, o.job.max_schedule)
-    )
+    within = sum(1 for o in high if _started_in_time(o))
     jct = sorted(o.finished_at - o.job.submit_time for o in finished if o.finished_at is not None)
     low_jct = sorted(
         o.finished_at - o.job.submit_time for o in finished if not o.high and o.finished_at is not None
