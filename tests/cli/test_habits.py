@@ -243,8 +243,13 @@ def test_ids_as_arguments_one_line_each_and_exit_1_if_any_failed(
     two = json_out(hai("task", str(first), str(second), "--json", env=alice))
     assert [j["id"] for j in two] == [first, second]
 
+    # RUNNING comes before the job's first line: wait for it (bounded), then ask for the last one.
+    deadline = time.monotonic() + 60
+    while "tick" not in hai("log", str(first), env=alice).stdout:
+        assert time.monotonic() < deadline, "the job printed nothing in 60 s"
+        time.sleep(0.2)
     tail = hai("log", str(first), "--tail", "1", env=alice)
-    assert tail.exit_code == 0 and tail.stdout.startswith("tick")
+    assert tail.exit_code == 0 and tail.stdout.startswith("tick") and tail.stdout.count("\n") == 1
 
     hidden = submit(hai, dave, code, "long.py")
     cancelled = hai("cancel", str(first), str(hidden), str(second), "--yes", env=alice)
