@@ -25,6 +25,7 @@ from hai_airflow.client import HaiClient
 from hai_airflow.endpoints import API, file_content_path
 from hai_airflow.spec import CpuJobSpec
 from tests.support.accounts import Account, made_account
+from tests.support.latency import assert_answered_fast
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer
 
 HAI = [sys.executable, "-c", "from hai_airflow.cli.main import app; app(prog_name='hai')"]
@@ -333,13 +334,14 @@ def test_a_stopped_reader_ends_its_copy_and_a_flood_never_slows_another_user(
     flood = subprocess.Popen([sys.executable, "-c", FLOOD_SCRIPT, *args], stdout=subprocess.PIPE, text=True)
     try:
         _wait_until("the job stopped a reader", (code / "stopped").exists)
-        slowest, asked = 0.0, 0
-        while asked < 3 or flood.poll() is None:
+        waits: list[float] = []
+        while len(waits) < 3 or flood.poll() is None:
             started = time.monotonic()
             listed = _get(server, "dave", f"{API}/jobs", timeout=5)
-            slowest, asked = max(slowest, time.monotonic() - started), asked + 1
-            assert listed.status_code == 200 and slowest < 1.0, f"dave waited {slowest:.1f} s"
+            waits.append(time.monotonic() - started)
+            assert listed.status_code == 200, listed.text
             time.sleep(0.1)
+        assert_answered_fast(waits, "dave")
         out, _ = flood.communicate(timeout=ENDS_WITHIN + 30)
     finally:
         flood.kill()

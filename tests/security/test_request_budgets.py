@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.security.cli import hai
+from tests.support.latency import assert_answered_fast
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer, start_server
 
 LIMITS = """
@@ -147,7 +148,7 @@ def test_a_usage_flood_leaves_another_users_list_fast(server: LiveServer) -> Non
             latencies.append(time.monotonic() - began)
         codes = sorted(f.result().status_code for f in flood)
     assert codes == [200] * 20 + [422] * 20
-    assert latencies and max(latencies) < 1.0, f"bob's list took {max(latencies):.1f} s ({latencies})"
+    assert_answered_fast(latencies, "bob")
 
 
 def test_hai_usage_says_how_to_fix_a_window_too_long(server: LiveServer) -> None:
@@ -315,8 +316,7 @@ def test_a_queue_flood_leaves_another_users_list_and_high_job_fast(crowded: Live
                 started = time.monotonic() - submitted
         answers = [f.result() for f in flood]
     assert all(a.status_code == 200 and len(a.json()) >= 1999 for a in answers)
-    assert latencies, "the flood ended before bob asked"
-    assert max(latencies) < 1.0, f"bob's list took {max(latencies):.1f} s during the flood ({latencies})"
+    assert_answered_fast(latencies, "bob")
     assert started is not None and started < HIGH_START_SECONDS, (
         f"bob's high-priority job started after {started}"
     )
