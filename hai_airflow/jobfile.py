@@ -15,7 +15,7 @@ from hai_airflow.spec import JobSpec
 
 # ---- writing --------------------------------------------------------------------------------
 
-_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole key only: fullmatch, never `$` (which passes "A\n")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # whole key: fullmatch, never `$` (passes "A\n")
 _RESOLVER = yaml.resolver.Resolver()
 _STR_TAG = "tag:yaml.org,2002:str"
 _UNSAFE_IN_QUOTES = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")

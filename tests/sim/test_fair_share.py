@@ -4,11 +4,10 @@ jobs' waits spread over users."""
 from __future__ import annotations
 
 import pytest
+from sim_builders import JobBuilder, job, node, trace
 
 from hai_airflow.sim import simulate, summarize
 from hai_airflow.sim.metrics import jain
-
-from sim_builders import JobBuilder, job, node, trace
 
 
 def _flood() -> list[JobBuilder]:
