@@ -19,7 +19,13 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 DEFAULT_CHECKPOINT_PATTERNS: tuple[str, ...] = ("*",)
 DEFAULT_CHECKPOINT_DIRECTORIES: tuple[str, ...] = ("checkpoint-*", "global_step*")
-DEFAULT_CHECKPOINT_IGNORE: tuple[str, ...] = ("*.tmp", "*.temp", "*.partial", "*.part", "*.lock", ".*", "*~")
+DEFAULT_CHECKPOINT_IGNORE: tuple[str, ...] = (
+    *("*.tmp", "*.temp", "*.partial", "*.part", "*.lock", ".*", "*~"),  # being written
+    *("*.json", "*.jsonl", "*.log", "*.txt", "*.csv", "*.yaml", "*.yml", "events.out.tfevents.*"),
+)
+"""Files being written, and the text a run writes beside its checkpoints (metrics, logs, configs,
+TensorBoard events): never a job's progress. A checkpoint directory (`directories`) counts whole,
+its config.json included."""
 
 
 class _Section(BaseModel):
@@ -79,8 +85,9 @@ class CheckpointsSection(_Section):
     )
     ignore: tuple[str, ...] = Field(
         default=DEFAULT_CHECKPOINT_IGNORE,
-        description="Globs of the names of files being written (temp names, dotfiles): never progress, "
-        "nor searched below.",
+        description="Globs of names that are never progress, nor searched below: files being written "
+        "(temp names, dotfiles) and the text a run writes beside its checkpoints (metrics, logs, "
+        "configs, TensorBoard events).",
     )
     directories: tuple[str, ...] = Field(
         default=DEFAULT_CHECKPOINT_DIRECTORIES,

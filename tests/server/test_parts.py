@@ -143,6 +143,20 @@ def test_any_complete_file_counts_but_not_temp_names_nor_dotfiles(tmp_path: Path
     assert newest_checkpoint(tmp_path / "missing", COUNTED) is None
 
 
+def test_metrics_logs_and_configs_beside_the_checkpoints_never_count(tmp_path: Path) -> None:
+    """A run that ends by writing metrics.json beside final.pt (the example trainer does) resumes
+    from final.pt, and a checkpoint directory's own config.json still counts with it."""
+    now = time.time()
+    best = touch(tmp_path / "final.pt", now - 30)
+    for name in ("metrics.json", "train.log", "loss.csv", "hparams.yaml", "events.out.tfevents.1.host"):
+        touch(tmp_path / name, now - 1)
+    found = newest_checkpoint(tmp_path, COUNTED)
+    assert found is not None and found.path == str(best)
+    whole = touch(tmp_path / "checkpoint-500" / "config.json", now)
+    found = newest_checkpoint(tmp_path, COUNTED)
+    assert found is not None and found.path == str(whole.parent)
+
+
 def test_an_admin_may_narrow_the_names_that_count(tmp_path: Path) -> None:
     now = time.time()
     best = touch(tmp_path / "epoch1.pt", now - 30)
