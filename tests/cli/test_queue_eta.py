@@ -4,6 +4,7 @@ and the forecast line of `hai task N`."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -13,33 +14,43 @@ from hai_airflow.cli.task import forecast
 from hai_airflow.scheduling.eta import start_estimate
 from hai_airflow.spec import ForecastSource, ForecastView, JobDetailView, OtherJobView, QueueEntryView
 
-SOON = datetime.now().astimezone().replace(hour=12, minute=0, second=0, microsecond=0)
-"""Today, so the cell shows the time alone."""
+
+def today_at_noon() -> datetime:
+    """Today, so the cell shows the time alone (read when a test runs: a run may cross midnight)."""
+    return datetime.now().astimezone().replace(hour=12, minute=0, second=0, microsecond=0)
+
+
+SOON = today_at_noon()
+"""For the tests that show the time the same way on both sides (`when`)."""
+_TODAY = object()
+"""`start` of `entry`: today at noon, read when the entry is made."""
 
 
 def entry(max_schedule: int = 0, reason: str = "needs 8 V100 GPUs; 0 free",
-          source: ForecastSource | None = "history", start: datetime | None = SOON) -> QueueEntryView:
+          source: ForecastSource | None = "history",
+          start: datetime | object | None = _TODAY) -> QueueEntryView:
     job = OtherJobView(id=3, mode="standalone", state="PENDING", priority="high" if max_schedule else "low",
                        max_schedule=max_schedule, gpus=8, gpu_type="V100", workers=1,
                        submitted_at=datetime.now(UTC))
+    at = today_at_noon() if start is _TODAY else start
+    assert at is None or isinstance(at, datetime)
     return QueueEntryView(position=1, job=job, weight=0.0, reason=reason,
-                          forecast=ForecastView(start_at=start, source=source))
-
-
-LOCAL = SOON.astimezone().strftime("%H:%M")
+                          forecast=ForecastView(start_at=at, source=source))
 
 
 @pytest.mark.parametrize(
-    ("queued", "cell"),
+    ("made", "cell"),
     [
-        pytest.param(entry(), f"~{LOCAL} (history)", id="a forecast shows its time and its source"),
-        pytest.param(entry(source=None), f"~{LOCAL}", id="another user's job: the time only"),
-        pytest.param(entry(start=None), None, id="a job the forecast did not reach stays unknown"),
-        pytest.param(entry(reason="starting: fits on node1"), "now", id="admitted now wins over a forecast"),
+        pytest.param({}, "~{noon} (history)", id="a forecast shows its time and its source"),
+        pytest.param({"source": None}, "~{noon}", id="another user's job: the time only"),
+        pytest.param({"start": None}, None, id="a job the forecast did not reach stays unknown"),
+        pytest.param({"reason": "starting: fits on node1"}, "now", id="admitted now wins over a forecast"),
     ],
 )
-def test_eta_cell(queued: QueueEntryView, cell: str | None) -> None:
-    assert eta(start_estimate(queued, None)) == cell
+def test_eta_cell(made: dict[str, Any], cell: str | None) -> None:
+    queued = entry(**made)
+    noon = today_at_noon().strftime("%H:%M")
+    assert eta(start_estimate(queued, None)) == (cell.format(noon=noon) if cell else cell)
 
 
 def test_a_high_jobs_promise_wins_over_its_forecast() -> None:
