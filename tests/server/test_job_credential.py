@@ -13,7 +13,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +27,11 @@ from hai_airflow.server.auth import JOB_ROUTES
 from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
 from hai_airflow.server.tokens import token_hash
 from hai_airflow.spec import CpuJobSpec, StandaloneJobSpec
+from tests.security.test_races import wait_ended
 from tests.server.conftest import Api
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer, free_port, start_server
 
 HAI = [sys.executable, "-c", "from hai_airflow.cli.main import app; app(prog_name='hai')"]
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
 # ---- in-process: what it may ask ------------------------------------------------------------------
@@ -211,15 +210,6 @@ def hai(server: LiveServer, user: str, *args: str) -> subprocess.CompletedProces
     return subprocess.run([*HAI, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
-def ended(client: HaiClient, job_id: int, timeout: float = 90) -> str:
-    deadline = time.monotonic() + timeout
-    job = client.job(job_id)
-    while job.state not in TERMINAL:
-        assert time.monotonic() < deadline, f"task {job_id} is still {job.state} ({job.reason})"
-        job = client.wait(job_id, since_state=job.state, timeout=5)
-    return job.state
-
-
 def token_of_first_run(server: LiveServer, job_id: int) -> str:
     (inst,) = server.client().instances(job_id)
     return (server.home / "jobs" / str(job_id) / "instances" / str(inst.id) / "hai-token").read_text().strip()
@@ -237,11 +227,13 @@ def test_a_cpu_job_submits_the_gpu_job_as_its_owner_and_its_credential_then_ends
 ) -> None:
     with live.client("alice-token") as alice:
         cpu = alice.submit(CpuJobSpec(task_name="cpu-job", code_path=str(code), cmd=DOCUMENT))
-        assert ended(alice, cpu.id) == "SUCCEEDED", alice.log(alice.instances(cpu.id)[0].id)
+        assert wait_ended(alice, cpu.id, timeout=90).state == "SUCCEEDED", alice.log(
+            alice.instances(cpu.id)[0].id
+        )
         log = alice.log(alice.instances(cpu.id)[0].id)
         assert "prepared" in log and "created task" in log
         (gpu,) = [j for j in alice.jobs() if j.task_name == "gpu-job" and j.submitted_via == f"job {cpu.id}"]
-        assert ended(alice, gpu.id) == "SUCCEEDED"
+        assert wait_ended(alice, gpu.id, timeout=90).state == "SUCCEEDED"
         assert alice.log(alice.instances(gpu.id)[0].id) == "trained on prepared\n"
     assert (gpu.user, gpu.group, gpu.spec["mode"]) == ("alice", "vision", "standalone")
     shown = hai(live, "alice", "task", str(gpu.id))
@@ -273,7 +265,7 @@ def test_beyond_the_quota_a_high_priority_submit_from_inside_the_job_is_refused(
                 '--code-dir="$PWD" "true"; echo "hai exited $?"'
             )
             cpu = alice.submit(CpuJobSpec(task_name="asks-high", code_path=str(code), cmd=cmd))
-            assert ended(alice, cpu.id) == "SUCCEEDED"
+            assert wait_ended(alice, cpu.id, timeout=90).state == "SUCCEEDED"
             log = alice.log(alice.instances(cpu.id)[0].id)
             assert "high priority refused: over your high-priority quota" in log, log
             assert "hai exited 1" in log
@@ -286,9 +278,9 @@ def test_the_token_is_nowhere_a_user_or_an_admin_looks(live: LiveServer, code: P
     with live.client("alice-token") as alice:
         cmd = f'env; cat "$HAI_TOKEN_FILE" > /dev/null; {DOCUMENT.removeprefix("env; ")}'
         cpu = alice.submit(CpuJobSpec(task_name="cpu-job", code_path=str(code), cmd=cmd))
-        assert ended(alice, cpu.id) == "SUCCEEDED"
+        assert wait_ended(alice, cpu.id, timeout=90).state == "SUCCEEDED"
         (gpu,) = [j for j in alice.jobs() if j.submitted_via == f"job {cpu.id}"]
-        ended(alice, gpu.id)
+        wait_ended(alice, gpu.id, timeout=90)
     token = token_of_first_run(live, cpu.id)
     assert len(token) >= 32
     seen: dict[str, str] = {}
@@ -354,13 +346,13 @@ def test_a_container_reaches_job_url_and_submits_as_its_owner(
             job = dave.submit(
                 CpuJobSpec(task_name="in-docker", code_path=str(code), cmd=cmd, image=busybox_image)
             )
-            assert ended(dave, job.id) == "SUCCEEDED", live.log_text()[-2000:]
+            assert wait_ended(dave, job.id, timeout=90).state == "SUCCEEDED", live.log_text()[-2000:]
             log = dave.log(dave.instances(job.id)[0].id)
             assert '"user":"dave"' in log and f'"via":"job {job.id}"' in log, log
             assert "submitted" in log and "quotas refused" in log, log
             (made,) = [j for j in dave.jobs() if j.task_name == "next"]
             assert (made.user, made.submitted_via) == ("dave", f"job {job.id}")
-            ended(dave, made.id)
+            wait_ended(dave, made.id, timeout=90)
         token = token_of_first_run(live, job.id)
         assert token not in log
     finally:
