@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hai_airflow.server.submission import QUEUED
 from hai_airflow.spec import TERMINAL_STATES, JobView
 from tests.cli.conftest import Hai, free_port, json_out
 from tests.support.live_server import TEST_CONFIG, LiveServer, reap_strays
@@ -59,6 +60,18 @@ def wait_for(server: LiveServer, job_id: int, states: set[str], timeout: float =
             if job.state in TERMINAL_STATES:
                 pytest.fail(f"task {job_id} ended {job.state} ({job.reason}) while waiting for {states}")
             job = client.wait(job_id, since_state=job.state, timeout=5)
+    return job
+
+
+def wait_planned(server: LiveServer, job_id: int, timeout: float = 30) -> JobView:
+    """The job once the controller has planned it: its reason is the plan's, not the submit's."""
+    deadline = time.monotonic() + timeout
+    with server.client() as client:
+        job: JobView = client.job(job_id)
+        while job.reason == QUEUED:
+            assert time.monotonic() < deadline, f"task {job_id} never planned"
+            time.sleep(0.1)
+            job = client.job(job_id)
     return job
 
 
@@ -305,9 +318,10 @@ def test_queue_explains_why_a_task_waits(hai: Hai, clean: LiveServer, code_dir: 
             "submit", "standalone", "--name=waits", "--gpus=1", f"--code-dir={code_dir}", "true", env=bob
         ).stdout
     )
+    planned = wait_planned(clean, waiting)
     entries = json_out(hai("queue", "--json", env=bob))
     entry = next(e for e in entries if e["job"]["id"] == waiting)
-    assert entry["position"] >= 1 and entry["reason"]
+    assert entry["position"] >= 1 and entry["reason"][:20] == planned.reason[:20]
     assert {"position", "job", "weight", "terms", "reason", "waiting_behind"} <= set(entry)
 
     table = hai("queue", env=bob)
