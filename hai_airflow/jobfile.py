@@ -11,7 +11,9 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
+from hai_airflow import durations
 from hai_airflow.spec import JobSpec
+from hai_airflow.vocabulary import FIELD_FLAGS
 
 # ---- writing --------------------------------------------------------------------------------
 
@@ -83,9 +85,14 @@ _SPEC = TypeAdapter(JobSpec)
 
 def job_file(spec: dict[str, Any]) -> str:
     """A job's spec (as the API returns it) as the YAML `hai create -f` takes: `mode` first, then
-    every field of that mode's model, defaults included, so a field added to the spec comes along."""
+    every field of that mode's model, defaults included, so a field added to the spec comes along;
+    each under its flag's name with its flag's value (`time_limit: "1h30m"`, not the API's seconds)."""
     fields = _SPEC.validate_python(spec).model_dump(mode="json")
-    return to_yaml({"mode": fields.pop("mode"), **fields})
+    limit = fields.get("time_limit_seconds")
+    if limit is not None:
+        fields["time_limit_seconds"] = durations.text(limit)
+    keys = {FIELD_FLAGS.get(name, name): value for name, value in fields.items()}
+    return to_yaml({"mode": keys.pop("mode"), **keys})
 
 
 # ---- reading --------------------------------------------------------------------------------

@@ -35,3 +35,12 @@ PROCESSES_HELP = (
     "and torch.distributed rank variables of each (no launcher needed); per-worker starts one per "
     "worker, for commands that bring their own launcher (torchrun, horovodrun, mpirun)."
 )
+
+FIELD_FLAGS: dict[str, str] = {
+    "grace_seconds": "grace",
+    "time_limit_seconds": "time_limit",
+    "labels": "label",
+    "memory_gb": "memory",
+}
+"""Spec fields whose `hai create` flag, and so whose job-file key, has another name: `--time-limit 10m`
+(`time_limit: 10m` in a file) sets `time_limit_seconds`. Every other field is named as its flag."""

@@ -9,6 +9,8 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from hai_airflow.cli.jobkeys import field_key
+from hai_airflow.cli.jobspec import spec_from_file
 from hai_airflow.jobfile import job_file, read_yaml, to_yaml
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -31,6 +33,10 @@ def test_a_job_file_holds_every_field_of_its_mode(model: type[Any]) -> None:
     spec = {"task_name": "t", "code_path": "/c", "cmd": "x", "resource_pkg": 1, "workers": 2}
     spec |= {"worker_resource_pkg": 1, "mode": model.model_fields["mode"].default}
     spec = {k: v for k, v in spec.items() if k in model.model_fields}
-    document = yaml.safe_load(job_file(spec))
-    assert sorted(document) == sorted(model.model_fields) and next(iter(document)) == "mode"
-    assert model.model_validate(document) == model.model_validate(spec)
+    written = job_file({**spec, "time_limit_seconds": 5400})
+    document = yaml.safe_load(written)
+    assert sorted(document) == sorted(field_key(f) for f in model.model_fields)
+    assert next(iter(document)) == "mode" and document["time_limit"] == "1h30m"
+    # Keys and values are `hai create`'s flags', which read it back as the same spec.
+    read = spec_from_file(written, "job.yaml").spec
+    assert read == model.model_validate({**spec, "time_limit_seconds": 5400})

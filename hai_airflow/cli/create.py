@@ -16,10 +16,13 @@ from hai_airflow.cli.flags import option, with_flags
 from hai_airflow.cli.ids import complete_packages
 from hai_airflow.cli.jobspec import (
     CodePathOption,
+    CpusOption,
     GpuJobFlags,
     GpuTypeOption,
     ImageOption,
+    JobFile,
     JobFlags,
+    MemoryOption,
     MinWorkersOption,
     SubmitFlags,
     TaskNameOption,
@@ -58,9 +61,10 @@ FileOption = Annotated[
         "-f",
         metavar="FILE",
         encoding="utf-8",
-        help="Create the task from a job file (- reads stdin): YAML or JSON with the spec's fields, `mode` "
-        "included; `hai task N -o yaml` prints one. It holds the whole task, so no job flag may stand "
-        "beside it; --wait, --client-key, -o and the connection flags may.",
+        help="Create the task from a job file (- reads stdin): YAML or JSON whose keys are this command's "
+        "flags (time_limit: 10m, array: 0-3%2), `mode` included; `hai task N -o yaml` prints one. It "
+        "holds the whole task, so no job flag may stand beside it; --wait, --client-key, -o and the "
+        "connection flags may.",
         show_default=False,
     ),
 ]
@@ -80,6 +84,8 @@ def create(
     worker_image: WorkerImageOption = None,
     worker_resource_pkg: WorkerResourcePkgOption = None,
     gpu_type: GpuTypeOption = None,
+    cpus: CpusOption = None,
+    memory: MemoryOption = None,
     job: JobFlags = JobFlags(),
     gpu_job: GpuJobFlags = GpuJobFlags(),
     file: FileOption = None,
@@ -98,12 +104,19 @@ def create(
     hai task 42 -o yaml > job.yaml; hai create -f job.yaml
     """
     if file is not None:
-        spec = _job_file_spec(ctx, file)
-        submit_and_report(spec, submit, connection, out)
+        job_file = _job_file(ctx, file)
+        if job_file.array is not None and submit.array not in (None, job_file.array):
+            usage_error(
+                f"--array {submit.array} and the job file's array: {job_file.array} ask for two arrays. "
+                "Give it in one place"
+            )
+        submit = dataclasses.replace(submit, array=job_file.array or submit.array)
+        submit_and_report(job_file.spec, submit, connection, out)
         return
     given = {"task_name": task_name, "mode": mode, "code_path": code_path, "image": image, "cmd": cmd}
     given |= {"resource_pkg": resource_pkg, "workers": workers, "min_workers": min_workers}
     given |= {"worker_image": worker_image, "worker_resource_pkg": worker_resource_pkg, "gpu_type": gpu_type}
+    given |= {"cpus": cpus, "memory": memory}
     values = {**given, **dataclasses.asdict(job), **dataclasses.asdict(gpu_job)}
     fields = jobspec.checked(jobfields.create_fields, values)
     spec = build_spec(mode, fields, CREATE_FLAGS, "create")
@@ -125,8 +138,8 @@ def _typed(ctx: typer.Context, name: str | None) -> bool:
     return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT", "PROMPT")
 
 
-def _job_file_spec(ctx: typer.Context, file: TextIO) -> JobSpec:
-    """The spec in -f's file. Job flags beside it are refused rather than merged: the file is the whole
+def _job_file(ctx: typer.Context, file: TextIO) -> JobFile:
+    """The task in -f's file. Job flags beside it are refused rather than merged: the file is the whole
     task, as `hai task N -o yaml` printed it, and nothing on the command line changes it unseen."""
     given = [p.opts[0] for p in ctx.command.params if p.name not in NOT_JOB_FLAGS and _typed(ctx, p.name)]
     if given:

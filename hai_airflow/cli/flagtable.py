@@ -59,12 +59,17 @@ def choose(value: str, choices: Sequence[str], upper: bool = False) -> str:
     return found.upper() if upper else found
 
 
+def _number(text: str, kind: type) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a {'number' if kind is float else 'whole number'}") from None
+
+
 def read_value(flag: Flag | Argument, text: str) -> Any:
     """A flag's value from its text, as both CLIs read it; ValueError saying what is wrong."""
-    if flag.kind in (INT, INTS):
-        value: Any = int(text)
-    elif flag.kind == FLOAT:
-        value = float(text)
+    if flag.kind in (INT, INTS, FLOAT):
+        value: Any = _number(text, float if flag.kind == FLOAT else int)
     elif flag.kind == DURATION:
         from hai_airflow import durations
 
@@ -315,20 +320,23 @@ EXACT = Flag(
     BOOL,
     default=False,
 )
-CPUS = Flag("cpus", ("--cpus",), "CPU cores.", FLOAT, "FLOAT", default=1)
-MEMORY = Flag("memory", ("--memory",), "Memory in GB.", FLOAT, "GB", default=1)
+CPUS = Flag("cpus", ("--cpus",), "CPU task only: CPU cores. Default: 1.", FLOAT, "FLOAT", show_default=False)
+MEMORY = Flag(
+    "memory", ("--memory",), "CPU task only: memory in GB. Default: 1.", FLOAT, "GB", show_default=False
+)
 
 # ---- `hai create` -----------------------------------------------------------------------------
 
 MODE = Flag(
     "mode",
     ("--mode",),
-    "Training mode: standalone (one machine, one or more GPUs) or distributed (Horovod: "
-    "--workers machines of --worker-resource-pkg each). 训练模式: 单机等",
+    "Training mode: standalone (one machine, one or more GPUs), distributed (Horovod: "
+    "--workers machines of --worker-resource-pkg each) or cpu (no GPU: --cpus and --memory, as "
+    "`hai submit cpu`). 训练模式: 单机等",
     CHOICE,
-    "[standalone|distributed]",
+    "[standalone|distributed|cpu]",
     default="standalone",
-    choices=("standalone", "distributed"),
+    choices=("standalone", "distributed", "cpu"),
 )
 RESOURCE_PKG = Flag(
     "resource_pkg",
@@ -525,6 +533,8 @@ COMMANDS: dict[str, Command] = {
                 WORKERS,
                 MIN_WORKERS,
                 WORKER_IMAGE,
+                CPUS,
+                MEMORY,
                 *CREATE,
             ),
             CREATE_ORDER,

@@ -7,21 +7,24 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hai_airflow import labels as label_rules
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from typing import Any
 
     from hai_airflow.spec import ResourcePackageView
 
 
-def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
-    """`--env KEY=VALUE` flags as a mapping."""
-    env: dict[str, str] = {}
+def parse_env(pairs: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any]:
+    """`--env KEY=VALUE` flags as a mapping; a job file's mapping as it is (the spec checks it)."""
+    if isinstance(pairs, Mapping):
+        return dict(pairs)
+    env: dict[str, Any] = {}
     for pair in pairs or ():
         key, sep, value = pair.partition("=")
         if not sep or not key:
@@ -30,8 +33,11 @@ def parse_env(pairs: Sequence[str] | None) -> dict[str, str]:
     return env
 
 
-def parse_labels(pairs: Sequence[str] | None) -> dict[str, str] | None:
-    """`--label KEY=VALUE` flags as labels (None: none given)."""
+def parse_labels(pairs: Sequence[str] | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`--label KEY=VALUE` flags as labels (None: none given); a job file's mapping as it is (the spec
+    checks it)."""
+    if isinstance(pairs, Mapping):
+        return dict(pairs)
     if not pairs:
         return None
     try:
@@ -98,6 +104,8 @@ def create_fields(values: Mapping[str, Any]) -> dict[str, Any]:
     fields.update(image_fields(mode, values["image"], values["worker_image"]))
     fields.update(job_fields(values))
     fields.update(gpu_job_fields(values))
+    # Passed in every mode: a CPU task takes them, and another mode's spec refuses them by flag.
+    fields.update(cpus=values.get("cpus"), memory_gb=values.get("memory"))
     worker_pkg = values["worker_resource_pkg"]
     fields.update(workers=values["workers"], min_workers=values["min_workers"])
     if mode == "distributed":
@@ -140,8 +148,14 @@ SUBMIT_FLAG_NAMES = {
     "memory_gb": "--memory",
 }
 """The flag `hai submit` takes for a spec field that is not `--field-name`."""
-CREATE_FLAG_NAMES = {"grace_seconds": "--grace", "time_limit_seconds": "--time-limit"}
-"""The same for `hai create`."""
+CREATE_FLAG_NAMES = {
+    "grace_seconds": "--grace",
+    "time_limit_seconds": "--time-limit",
+    "labels": "--label",
+    "memory_gb": "--memory",
+}
+"""The same for `hai create`: `vocabulary.FIELD_FLAGS` as flags (written out, as the downloadable `hai`
+holds only the vocabulary's older words; tests/cli/test_job_files.py holds the two to one another)."""
 
 
 @dataclass(frozen=True)

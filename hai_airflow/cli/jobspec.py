@@ -21,9 +21,10 @@ from hai_airflow.cli.flags import option
 from hai_airflow.cli.output import error_line, note, usage_error
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel, ValidationError
+    from pydantic import BaseModel
     from pydantic_core import ErrorDetails
 
+    from hai_airflow.cli.jobkeys import FileValues
     from hai_airflow.jobfile import Document
     from hai_airflow.spec import JobSpec, Mode
 
@@ -83,6 +84,8 @@ if TYPE_CHECKING:
     EnvOption = Any
     LabelOption = Any
     ClientKeyOption = Any
+    CpusOption = Any
+    MemoryOption = Any
 else:
     TaskNameOption = option(flagtable.TASK_NAME)
     CodePathOption = option(flagtable.CODE_PATH)
@@ -107,6 +110,8 @@ else:
     EnvOption = option(flagtable.ENV)
     LabelOption = option(flagtable.LABEL)
     ClientKeyOption = option(flagtable.CLIENT_KEY)
+    CpusOption = option(flagtable.CPUS)
+    MemoryOption = option(flagtable.MEMORY)
 PROCESSES_CHOICES = flagtable.PROCESSES_CHOICES
 
 
@@ -164,50 +169,99 @@ def image_fields(mode: Mode, image: str | None, worker_image: str | None) -> dic
     return checked(jobfields.image_fields, mode, image, worker_image)
 
 
-def spec_from_file(text: str, source: str) -> JobSpec:
-    """A job file's spec, checked by the models the server uses; each problem is an `Error:` line
-    naming the field and its line in the file (exit 2), and nothing is submitted.
+@dataclass(frozen=True)
+class JobFile:
+    """A job file's task, and the array it asks for (`array: 0-3%2`; None: one task)."""
+
+    spec: JobSpec
+    array: str | None
+
+
+def spec_from_file(text: str, source: str) -> JobFile:
+    """A job file's task: its keys are `hai create`'s flags (`jobkeys`), checked by the models the
+    server uses; each problem is an `Error:` line naming the key and its line in the file (exit 2),
+    and nothing is submitted.
 
     :param text: the file: YAML, or JSON, which YAML reads too.
     :param source: its name in messages (the path, or `<stdin>`).
     """
-    from pydantic import ValidationError
+    from hai_airflow.cli import jobkeys
 
+    document = _document(text, source)
+    found = jobkeys.file_values(document.data)
+    problems = [(document.line_of((key,)), message) for key, message in found.problems]
+    mode = found.values["mode"]
+    if mode is None and "mode" not in found.written:
+        usage_error(_at(source, None, f"mode is required; it must be one of {', '.join(spec_models())}"))
+    spec = None
+    if mode is not None:
+        try:
+            fields = jobfields.create_fields(found.values)
+        except ValueError as error:
+            problems.append((None, str(error)))
+        else:
+            spec, refused = _checked_spec(mode, fields, document, _file_names(found))
+            problems += refused
+    if problems or spec is None:
+        problems.sort(key=lambda problem: problem[0] or 0)
+        *first, last = [_at(source, line, message) for line, message in problems]
+        for problem in first:
+            note(error_line(problem))
+        usage_error(last)
+    return JobFile(spec, found.values["array"])
+
+
+def _document(text: str, source: str) -> Document:
+    """The file read as YAML, holding a mapping; else exit 2 saying what it holds."""
     from hai_airflow.jobfile import YamlProblem, read_yaml
 
-    models = spec_models()
     try:
         document = read_yaml(text)
     except YamlProblem as unreadable:
         usage_error(_at(source, unreadable.line, unreadable.message))
-    data = document.data
-    if not isinstance(data, dict):
+    if not isinstance(document.data, dict):
+        data = document.data
         found = "nothing" if data is None else f"a {type(data).__name__}"
         usage_error(
-            f"{source} holds {found}; a job file maps the spec's fields to values (task_name: train, "
+            f"{source} holds {found}; a job file maps `hai create`'s flags to values (task_name: train, "
             "mode: standalone, ...). `hai task N -o yaml` prints one to start from"
         )
-    mode = data.get("mode")
-    if not (isinstance(mode, str) and mode in models):
-        given = "is required" if mode is None else f"is {mode!r}"
-        where = document.line_of(("mode",))
-        usage_error(_at(source, where, f"mode {given}; it must be one of {', '.join(models)}"))
+    return document
+
+
+def _file_names(found: FileValues) -> dict[str, str]:
+    """Each spec field by the key that sets it, as the file wrote it."""
+    from hai_airflow.cli import jobkeys
+
+    names = {}
+    for spec_field in {name for model in spec_models().values() for name in model.model_fields}:
+        key = jobkeys.field_key(spec_field)
+        names[spec_field] = found.written.get(key, key)
+    if "worker_resource_pkg" not in found.written and "resource_pkg" in found.written:
+        names["worker_resource_pkg"] = found.written["resource_pkg"]
+    return names
+
+
+def _checked_spec(
+    mode: str, fields: Mapping[str, Any], document: Document, names: Mapping[str, str]
+) -> tuple[JobSpec | None, list[tuple[int | None, str]]]:
+    """The spec of the file's values, or the problems the mode's model finds, at their lines."""
+    from pydantic import ValidationError
+
+    data = absolute_code_path({key: value for key, value in fields.items() if value is not None})
     try:
-        spec: JobSpec = models[mode].model_validate(absolute_code_path(data))  # type: ignore[assignment]
+        spec: JobSpec = spec_models()[mode].model_validate({**data, "mode": mode})  # type: ignore[assignment]
     except ValidationError as error:
-        *first, last = _file_problems(error, document, source, mode)
-        for problem in first:
-            note(error_line(problem))
-        usage_error(last)
-    return spec
+        found = [(_line(document, e["loc"], names), describe_error(e, names, mode)) for e in error.errors()]
+        return None, found
+    return spec, []
 
 
-def _file_problems(error: ValidationError, document: Document, source: str, mode: str) -> list[str]:
-    """Each problem in the file's words (its field names), in the order of the file's lines."""
-    names = {str(name): str(name) for name in (*spec_models()[mode].model_fields, *document.data)}
-    found = [(document.line_of(e["loc"]), describe_error(e, names, mode)) for e in error.errors()]
-    found.sort(key=lambda problem: problem[0] or 0)
-    return [_at(source, line, message) for line, message in found]
+def _line(document: Document, loc: Sequence[Any], names: Mapping[str, str]) -> int | None:
+    """The line of an error's field in the file: the key that set it, then the rest of its path."""
+    if not loc:
+        return None
+    return document.line_of((names.get(str(loc[0]), loc[0]), *loc[1:]))
 
 
 def _at(source: str, line: int | None, message: str) -> str:
@@ -242,11 +296,12 @@ def describe_error(error: ErrorDetails, flags: Mapping[str, str], mode: str) -> 
 def _not_for_mode(field: str, flags: Mapping[str, str], mode: str) -> str:
     """A field the mode does not take; a distributed task's own fields say how to get one."""
     flag = flag_for(field, flags)
-    if field not in spec_models()["distributed"].model_fields:
+    takers = [other for other, model in spec_models().items() if field in model.model_fields]
+    if not takers:
         return f"{flag} is not valid for a {mode} task"
     return (
-        f"{flag} is not valid for a {mode} task: only a distributed task takes it. Leave out {flag}, "
-        f"or make the task distributed ({flag_for('mode', flags)} distributed)"
+        f"{flag} is not valid for a {mode} task: only a {' or '.join(takers)} task takes it. Leave out "
+        f"{flag}, or make the task {takers[0]} ({flag_for('mode', flags)} {takers[0]})"
     )
 
 

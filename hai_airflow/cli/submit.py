@@ -16,9 +16,11 @@ from hai_airflow.cli.jobspec import (
     JOB_COMMAND,
     ONE_WORKER_COMMAND,
     CodePathOption,
+    CpusOption,
     GpuJobFlags,
     ImageOption,
     JobFlags,
+    MemoryOption,
     MinWorkersOption,
     SubmitFlags,
     TaskNameOption,
@@ -67,15 +69,11 @@ if TYPE_CHECKING:
     CommandArgument = Any
     ExactOption = Any
     StandaloneGpusOption = Any
-    CpusOption = Any
-    MemoryOption = Any
 else:
     SubmitGpuTypeOption = option(flagtable.SUBMIT_GPU_TYPE)
     CommandArgument = argument(flagtable.COMMAND)
     ExactOption = option(flagtable.EXACT)
     StandaloneGpusOption = option(flagtable.STANDALONE_GPUS)
-    CpusOption = option(flagtable.CPUS)
-    MemoryOption = option(flagtable.MEMORY)
 GpuAsk = jobfields.GpuAsk
 
 
@@ -178,8 +176,8 @@ def cpu(
     task_name: TaskNameOption,
     code_path: CodePathOption,
     command: CommandArgument,
-    cpus: CpusOption = 1,
-    memory: MemoryOption = 1,
+    cpus: CpusOption = None,
+    memory: MemoryOption = None,
     image: ImageOption = None,
     job: JobFlags = JobFlags(),
     submit: SubmitFlags = SubmitFlags(),

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
+from hai_airflow.cli.jobfields import CREATE_FLAG_NAMES
+from hai_airflow.cli.jobkeys import field_key
 from hai_airflow.cli.jobspec import SPEC_MODELS
+from hai_airflow.vocabulary import FIELD_FLAGS
 from tests.cli.conftest import Hai, json_out
 from tests.cli.test_live import as_user, created_id
 from tests.support.live_server import LiveServer
@@ -92,8 +95,9 @@ def test_task_yaml_is_a_job_file_that_creates_an_equal_task(hai: Hai, clean: Liv
     printed = hai("task", str(first), "-o", "yaml", env=alice)
     assert printed.exit_code == 0, printed.output
     document = yaml.safe_load(printed.stdout)
-    # Every field of the mode's model, and nothing of the job's state, whatever fields the spec has.
-    assert list(document) == ["mode", *(f for f in SPEC_MODELS["standalone"].model_fields if f != "mode")]
+    # Every field of the mode's model under its flag's name, and nothing of the job's state.
+    fields = [field_key(f) for f in SPEC_MODELS["standalone"].model_fields if f != "mode"]
+    assert list(document) == ["mode", *fields]
     again = create_from(hai, alice, "-f", "-", input=printed.stdout)
     assert again != first and stored_spec(hai, alice, again) == stored_spec(hai, alice, first)
     assert hai("task", str(first), "-o", "json", env=alice).stdout.lstrip().startswith("{")
@@ -117,9 +121,33 @@ def test_another_users_task_yaml_is_refused(hai: Hai, clean: LiveServer, code: P
             id="a bad value names its field and line",
         ),
         pytest.param(
-            STANDALONE.replace("max_schedule: 4", "gpus: 4"),
-            "Error: job.yaml line 6: gpus is not valid for a standalone task.",
-            id="an unknown field is refused by name",
+            STANDALONE.replace("max_schedule: 4", "priority: 4"),
+            "Error: job.yaml line 6: priority is not a job-file key. The keys are `hai create`'s flags "
+            "without the dashes (see `hai create --help`).",
+            id="an unknown key is refused by name",
+        ),
+        pytest.param(
+            STANDALONE.replace("resource_pkg:", "resource_pk:"),
+            "Error: job.yaml: resource_pkg is required for a standalone task.\n"
+            "Error: job.yaml line 5: resource_pk is not a job-file key. Did you mean resource_pkg?",
+            id="a near miss gets a did you mean",
+        ),
+        pytest.param(
+            STANDALONE.replace("max_schedule: 4", "time_limit_seconds: 600"),
+            "Error: job.yaml line 6: time_limit_seconds is not a job-file key. Did you mean time_limit?",
+            id="the API's name points to the flag's",
+        ),
+        pytest.param(
+            STANDALONE.replace("max_schedule: 4", "time-limit: 600"),
+            "Error: job.yaml line 6: time-limit: '600' has no unit: write 600m for minutes or 600s for "
+            "seconds.",
+            id="a value is read as its flag reads it",
+        ),
+        pytest.param(
+            STANDALONE.replace("max_schedule: 4", "cpus: 2"),
+            "Error: job.yaml line 6: cpus is not valid for a standalone task: only a cpu task takes it. "
+            "Leave out cpus, or make the task cpu (mode cpu).",
+            id="a key of another mode",
         ),
         pytest.param(
             STANDALONE.replace("mode: standalone\n", ""),
@@ -137,7 +165,7 @@ def test_another_users_task_yaml_is_refused(hai: Hai, clean: LiveServer, code: P
             id="not YAML",
         ),
         pytest.param(
-            "- mode: cpu\n", "Error: job.yaml holds a list; a job file maps the spec's fields", id="a list"
+            "- mode: cpu\n", "Error: job.yaml holds a list; a job file maps `hai create`'s flags", id="a list"
         ),
         pytest.param(
             "!!python/object/apply:os.system [echo hi]\n",
@@ -211,3 +239,57 @@ def test_either_spelling_works_on_either_command(
         shown = hai(*command, "--help").stdout
         assert "--task-name TEXT" in shown and "--code-path TEXT" in shown and "--image TEXT" in shown
         assert "--name TEXT" not in shown and "--code-dir TEXT" not in shown, command
+
+
+FLAG_NAMES = """\
+mode: standalone
+task-name: keys as flags
+code_path: {code}
+resource-pkg: 454
+time_limit: 10m
+cmd: echo hi
+array: 0-3%2
+grace: 30
+label: [team=vision]
+env:
+  LR: "0.1"
+"""
+
+
+def test_a_job_file_takes_the_flags_names_and_values(hai: Hai, clean: LiveServer, code: Path) -> None:
+    alice = as_user(clean, "alice")
+    first = create_from(hai, alice, "-f", "-", input=FLAG_NAMES.format(code=code))
+    tasks = json_out(hai("task", "--array", str(first), "--json", env=alice))
+    assert len(tasks) == 4
+    spec = stored_spec(hai, alice, first)
+    assert spec["time_limit_seconds"] == 600 and spec["grace_seconds"] == 30
+    assert spec["labels"] == {"team": "vision"} and spec["task_name"] == "keys as flags"
+    printed = hai("task", str(first), "-o", "yaml", env=alice)
+    assert 'time_limit: "10m"' in printed.stdout.splitlines() and "time_limit_seconds" not in printed.stdout
+    again = create_from(hai, alice, "-f", "-", input=printed.stdout)
+    assert stored_spec(hai, alice, again) == spec
+
+
+def test_create_takes_mode_cpu_as_a_job_file_does(hai: Hai, clean: LiveServer, code: Path) -> None:
+    alice = as_user(clean, "alice")
+    by_flags = create_from(
+        hai, alice, "--mode=cpu", "--task-name=prep", f"--code-path={code}", "--cpus=2", "--memory=3",
+        "--cmd=echo prep",
+    )  # fmt: skip
+    text = f"mode: cpu\ntask_name: prep\ncode_path: {code}\ncpus: 2\nmemory: 3\ncmd: echo prep\n"
+    by_file = create_from(hai, alice, "-f", "-", input=text)
+    short = hai(
+        "submit", "cpu", "--name=prep", f"--code-dir={code}", "--cpus=2", "--memory=3", "echo prep", env=alice
+    )
+    assert short.exit_code == 0, short.output
+    spec = stored_spec(hai, alice, by_flags)
+    assert (spec["mode"], spec["cpus"], spec["memory_gb"]) == ("cpu", 2, 3)
+    assert stored_spec(hai, alice, by_file) == spec == stored_spec(hai, alice, created_id(short.stdout))
+    refused = hai("create", "--task-name=x", f"--code-path={code}", "--resource-pkg=454", "--cpus=2",
+                  "--cmd=true", env=alice)  # fmt: skip
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("Error: --cpus is not valid for a standalone task: only a cpu task")
+
+
+def test_create_names_the_fields_its_flags_name_otherwise_as_job_files_do() -> None:
+    assert {field: "--" + key.replace("_", "-") for field, key in FIELD_FLAGS.items()} == CREATE_FLAG_NAMES

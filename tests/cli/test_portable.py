@@ -190,6 +190,10 @@ SUBMITS = [
         ),
         id="create distributed array",
     ),
+    pytest.param(
+        ("create", "--mode", "cpu", "--task-name=prep", "--code-path=/tmp", "--cpus=2", "--cmd=true"),
+        id="create a cpu task",
+    ),
 ]
 
 
@@ -378,7 +382,7 @@ def test_the_document_line_runs_in_a_container_with_python_3_8(
 
 
 def test_the_file_holds_the_modules_it_is_built_from() -> None:
-    from hai_airflow.server.routes.cli_download import MODULES, portable_cli
+    from hai_airflow.server.api.routes.cli_download import MODULES, portable_cli
 
     text = portable_cli().decode()
     for name in MODULES:
