@@ -124,13 +124,7 @@ def resolve_connection(
         if region in regions:
             server = regions[region]
         elif region != DEFAULT_REGION and (explicit_region or os.environ.get("HAI_REGION")):
-            known = ", ".join(sorted(regions)) or "none configured"
-            raise HaiError(
-                2,
-                f"unknown region {region!r} (known: {known})",
-                field="HAI_REGION",
-                fix=f"Add it under [regions] in {cfg_path} or unset HAI_REGION",
-            )
+            raise _unknown_region(region, sorted(regions), cfg_path, explicit=explicit_region is not None)
         else:
             server = cfg.get("server") or DEFAULT_SERVER
     if token is None:
@@ -142,6 +136,18 @@ def resolve_connection(
         if token_path.exists():
             token = token_path.read_text(encoding="utf-8").strip() or None
     return Connection(server=server.rstrip("/"), token=token, region=region)
+
+
+def _unknown_region(region: str, known: list[str], cfg_path: Path, explicit: bool) -> HaiError:
+    """A region no [regions] entry names; `region` when the caller gave it (a flag, a connection's
+    extra), `HAI_REGION` when the environment did."""
+    listed = ", ".join(known) or "none configured"
+    add = f"add it under [regions] in {cfg_path}"
+    if explicit:
+        fix = f"Give region {' or '.join(known)}, or {add}" if known else add[0].upper() + add[1:]
+        return HaiError(2, f"unknown region {region!r} (known: {listed})", field="region", fix=fix)
+    error = f"unknown region {region!r} in HAI_REGION (known: {listed})"
+    return HaiError(2, error, field="HAI_REGION", fix=f"Unset HAI_REGION, or {add}")
 
 
 def _token_file(path: Path) -> str:

@@ -77,12 +77,25 @@ ROOT_FLAGS: ContextVar[ServerFlags] = ContextVar("hai_root_flags", default=Serve
 
 def client_for(flags: ServerFlags, timeout: float = 30.0) -> HaiClient:
     """A client from the command's flags over the root's, then the environment and $HAI_HOME."""
-    from hai_airflow.client import HaiClient
+    from hai_airflow.client import HaiClient, HaiError
 
     merged = flags.over(ROOT_FLAGS.get())
-    return HaiClient(
-        server=merged.server, token=merged.token, region=merged.region, timeout=timeout, on_wait=_waiting
-    )
+    try:
+        return HaiClient(
+            server=merged.server, token=merged.token, region=merged.region, timeout=timeout, on_wait=_waiting
+        )
+    except HaiError as error:
+        raise as_flag_error(error) from None
+
+
+def as_flag_error(error: HaiError) -> HaiError:
+    """The client's refusal of a value the caller gave (`region`) in the words of its flag (`--region`)."""
+    if error.field != "region":
+        return error
+    from hai_airflow.client import HaiError
+
+    fix = (error.fix or "").replace("Give region", "Give --region")
+    return HaiError(error.status, f"--region: {error.error}", field="--region", fix=fix)
 
 
 def _waiting(words: str) -> None:
@@ -134,10 +147,13 @@ def connect(flags: ServerFlags) -> Iterator[HaiClient]:
 
 def async_client_for(flags: ServerFlags, timeout: float = 30.0) -> AsyncHaiClient:
     """The asyncio twin of `client_for`, for waiting on several long-polls at once."""
-    from hai_airflow.client import AsyncHaiClient
+    from hai_airflow.client import AsyncHaiClient, HaiError
 
     merged = flags.over(ROOT_FLAGS.get())
-    return AsyncHaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)
+    try:
+        return AsyncHaiClient(server=merged.server, token=merged.token, region=merged.region, timeout=timeout)
+    except HaiError as error:
+        raise as_flag_error(error) from None
 
 
 T = TypeVar("T")

@@ -119,6 +119,7 @@ def test_listings_piped_are_plain_columns_in_every_format(hai: Hai, clean: LiveS
     assert all(line == line.rstrip() for line in lines)
 
     bare = hai("task", "--no-headers", env=alice).stdout.splitlines()
+
     # AGE may tick between the two listings: durations ("0s", "3m") are compared as their shape.
     def untimed(line: str) -> list[str]:
         return [re.sub(r"^(\d+[smhd])+$", "<duration>", word) for word in line.split()]
@@ -407,6 +408,21 @@ def test_server_token_and_region_flags_beat_the_environment(
     unknown = hai("res", "--region", "mars", env=wrong_env)
     assert unknown.exit_code == 2 and "unknown region 'mars'" in unknown.stderr
     assert "HAI_SERVER" in hai("--help").stdout and "beats" in hai("--help").stdout
+
+
+def test_a_bad_region_names_where_it_came_from(hai: Hai, clean: LiveServer, isolated_home: Path) -> None:
+    (isolated_home / "client.toml").write_text(f'[regions]\nsh-a = "{clean.url}"\n', encoding="utf-8")
+    flag = hai("task", "--region", "mars", "--token", "dave-token")
+    assert flag.exit_code == 2
+    assert flag.stderr.startswith("Error: --region: unknown region 'mars' (known: sh-a). Give --region sh-a")
+    assert "HAI_REGION" not in flag.stderr
+    variable = hai("task", "--token", "dave-token", env={"HAI_REGION": "mars"})
+    assert variable.exit_code == 2
+    assert variable.stderr.startswith("Error: unknown region 'mars' in HAI_REGION (known: sh-a). Unset")
+    assert "--region" not in variable.stderr
+    # The default region: the one [regions] calls `default`, used when none is named.
+    (isolated_home / "client.toml").write_text(f'[regions]\ndefault = "{clean.url}"\n', encoding="utf-8")
+    assert hai("res", "-o", "name", "--token", "dave-token").exit_code == 0
 
 
 # ---- completion -----------------------------------------------------------------------------
