@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer._coercion import RuntimeParam, build_runtime_param
 from typer.core import TyperCommand, TyperGroup
 
 from hai_airflow.cli.connection import PRECEDENCE, ROOT_FLAGS, ServerFlags
@@ -20,7 +21,7 @@ from hai_airflow.cli.flags import with_flags
 from hai_airflow.cli.output import error_line, help_without_subcommand
 
 if TYPE_CHECKING:
-    from typer._click import Command, Context, HelpFormatter
+    from typer._click import Command, Context, HelpFormatter, Parameter
     from typer._click.shell_completion import CompletionItem
 
 
@@ -125,6 +126,45 @@ class LazyCommands(MutableMapping[str, "Command"]):
         return len(self._names)
 
 
+@dataclass(frozen=True)
+class DeferredCoercion(RuntimeParam):
+    """typer's coercion of one parameter, made when a value first needs it: typer makes a pydantic
+    TypeAdapter for every parameter it reads, even one left unset, and pydantic costs more to import
+    than the rest of `hai --version` or `hai task --help` together. Unset values need none."""
+
+    descriptor: Any = None
+
+    def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
+        made = build_runtime_param(self.descriptor)
+        param._runtime_param = made
+        return made._coerce_value(value, param=param, ctx=ctx)
+
+
+def defer(params: Sequence[Parameter]) -> None:
+    """Each of typer's parameters among `params` coerced by a `DeferredCoercion` until a value needs it."""
+    for param in params:
+        descriptor = getattr(param, "type_descriptor", None)
+        if descriptor is not None and getattr(param, "_runtime_param", False) is None:
+            deferred = DeferredCoercion(descriptor.parameter_info, descriptor.annotation, descriptor)
+            setattr(param, "_runtime_param", deferred)  # noqa: B010 (typer's own slot for it)
+
+
+def defer_coercion(command: Command) -> Command:
+    """`command` with its parameters' and its subcommands' coercion deferred, the help option's too
+    (made when the command is first parsed)."""
+    listed = command.get_params
+
+    def get_params(ctx: Context) -> list[Parameter]:
+        params = listed(ctx)
+        defer(params)
+        return params
+
+    command.get_params = get_params  # type: ignore[method-assign]
+    for sub in getattr(command, "commands", {}).values():
+        defer_coercion(sub)
+    return command
+
+
 def build(name: str) -> Command:
     """The click command of one of `COMMANDS`, registered as `app` registers a command of its own, so
     it gets the root's settings (help rendering, suggestions)."""
@@ -144,7 +184,7 @@ def build(name: str) -> Command:
             where, _, attr = entry.settings.rpartition(".")
             settings = getattr(importlib.import_module(f"hai_airflow.cli.{where}"), attr)
         holder.command(name=name, context_settings=settings)(target)
-    return typer.main.get_group(holder).commands[name]
+    return defer_coercion(typer.main.get_group(holder).commands[name])
 
 
 def usage_line(error: typer.TyperException, fallback: str) -> str:
@@ -187,6 +227,12 @@ class HaiGroup(TyperGroup):
         self.lazy = LazyCommands(COMMANDS)
         self.lazy.update(self.commands)
         self.commands = self.lazy
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        # With the help and completion options, which typer adds only now.
+        params = super().get_params(ctx)
+        defer(params)
+        return params
 
     def list_commands(self, ctx: Context) -> list[str]:
         # By name alone: typer's own builds every command to list them.

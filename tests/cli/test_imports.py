@@ -17,9 +17,12 @@ NEVER = ("hai_airflow.scheduling", "hai_airflow.server", "hai_airflow.sim", "sql
 """Packages the client path of the CLI must not load: the planner, the server and the simulator (with
 SQLAlchemy behind them), and httpx (the blocking client has its own HTTP/1.1)."""
 
-NOT_TO_PARSE_FLAGS = (*NEVER, "hai_airflow.spec", "hai_airflow.client", "hai_airflow.jobfile", "yaml", "rich")
+NOT_TO_PARSE_FLAGS = (
+    *NEVER, "hai_airflow.spec", "hai_airflow.client", "hai_airflow.jobfile", "yaml", "rich", "pydantic",
+)  # fmt: skip
 """What printing the version or one command's help must not load either: the spec's models, the client,
-the job-file reader and the terminal renderer are for commands that run."""
+the job-file reader, the terminal renderer and pydantic (typer validates a value with it) are for
+commands that run."""
 
 DUMP = "import json, sys; print(json.dumps(sorted(sys.modules)), file=sys.stderr)"
 
