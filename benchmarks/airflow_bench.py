@@ -91,7 +91,7 @@ def bench(runs: int, tmp: Path) -> tuple[list[float], list[float]]:
     )
     if done.returncode != 0:
         raise RuntimeError("`airflow db migrate` failed:\n" + done.stdout[-2000:] + done.stderr[-2000:])
-    from hai_airflow.operators.job import client_key
+    from hai_airflow.operators.submission import client_key
 
     config = TEST_CONFIG + f'\n[backend]\nimages = {{ local = "{sys.prefix}" }}\n'
     server_lat, exit_lat = [], []

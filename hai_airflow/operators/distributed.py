@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hai_airflow.operators.job import BaseHaiJobOperator, choose_package, chosen_gpus, processes_field
+from hai_airflow.operators.job import BaseHaiJobOperator
+from hai_airflow.operators.package_choice import choose_package, chosen_gpus
+from hai_airflow.operators.spec_building import processes_field
 from hai_airflow.spec import DistributedJobSpec, JobSpec, ResourcePackageView
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from airflow.sdk import conf
+from airflow.sdk.exceptions import AirflowException
 
 HEALTH_PATH = "/api/v2/monitor/health"
 
@@ -28,3 +30,13 @@ def no_triggerer(base_url: str, timeout: float = 3.0) -> bool:
         return resp.status_code == 200 and triggerer_down(resp.json())
     except (httpx.HTTPError, ValueError):
         return False
+
+
+def check_triggerer(deferrable: bool) -> None:
+    """Fail before submitting when a deferred wait could never resume: Airflow reports no triggerer."""
+    if deferrable and no_triggerer(conf.get("api", "base_url", fallback="")):
+        raise AirflowException(
+            "deferrable, but Airflow reports no running triggerer, so the deferred wait would never "
+            "resume. Start `airflow triggerer`, or set deferrable=False ([operators] "
+            "default_deferrable = False) to wait in the worker"
+        )

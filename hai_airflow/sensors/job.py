@@ -10,10 +10,11 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException
 
 from hai_airflow.hooks.acting import act_for_run
+from hai_airflow.hooks.follower import HaiJobEvent, failure_message, is_done, verdict
 from hai_airflow.hooks.hai import DEFAULT_CONN_ID, HaiHook
-from hai_airflow.operators.job import default_deferrable, failure_message
+from hai_airflow.operators.job import default_deferrable
 from hai_airflow.spec import TERMINAL_STATES, JobState
-from hai_airflow.triggers.job import HaiJobEvent, HaiJobTrigger, is_done
+from hai_airflow.triggers.job import HaiJobTrigger
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -59,11 +60,12 @@ class HaiJobSensor(BaseSensorOperator):
 
     def _decide(self, event: HaiJobEvent) -> dict[str, Any] | None:
         """The result when the job is in a target state, None while it is not, raise when it ended."""
-        if event.state in self.target_states:
-            return event.model_dump(mode="json", exclude={"log_tail", "message"})
-        if event.status == "error" or event.state in TERMINAL_STATES:
+        outcome = verdict(event, self.target_states)
+        if outcome == "failed":
             raise AirflowException(failure_message(event))
-        return None
+        if outcome == "waiting":
+            return None
+        return event.model_dump(mode="json", exclude={"log_tail", "message"})
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         hook = HaiHook(self.hai_conn_id)

@@ -10,8 +10,9 @@ import pytest
 
 from hai_airflow.operators.cpu import HaiCpuJobOperator
 from hai_airflow.operators.distributed import HaiDistributedTrainingOperator
-from hai_airflow.operators.job import client_key, default_deferrable
+from hai_airflow.operators.job import default_deferrable
 from hai_airflow.operators.standalone import HaiStandaloneTrainingOperator
+from hai_airflow.operators.submission import client_key
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 from tests.airflow.helpers import load_dag, task_states, wait_for, xcom
 from tests.support.live_server import LiveServer

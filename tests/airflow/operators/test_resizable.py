@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from hai_airflow.operators.distributed import HaiDistributedTrainingOperator
-from hai_airflow.operators.job import _spec_error
+from hai_airflow.operators.spec_building import spec_error
 from hai_airflow.spec import ResourcePackageView
 
 PACKAGES = (ResourcePackageView(id=457, name="8xV100", gpu_type="V100", gpus=8, cpus=32, memory_gb=256),)
@@ -49,6 +49,6 @@ def test_min_workers_is_templated_and_documented() -> None:
 def test_more_than_workers_is_refused_naming_the_field_and_the_fix() -> None:
     with pytest.raises(ValidationError) as refused:
         distributed(min_workers=5).build_spec(PACKAGES)
-    message = _spec_error(refused.value)
+    message = spec_error(refused.value)
     assert "`min_workers` (5) is more than `workers` (4)" in message
     assert "Set min_workers between 1 and workers" in message

@@ -137,11 +137,11 @@ def test_operators_take_their_groups_pool_only_when_they_would_wait_for_quota() 
 def test_pool_slots_are_the_gpus_of_the_package_the_job_will_take(
     kwargs: dict[str, Any], slots: int | None, hai_conn: Callable[..., LiveServer]
 ) -> None:
-    from hai_airflow.operators import job
+    from hai_airflow.operators import package_choice
     from hai_airflow.operators.distributed import HaiDistributedTrainingOperator
 
     hai_conn()
-    job._packages_seen.clear()
+    package_choice._packages_seen.clear()
     kind = HaiDistributedTrainingOperator if "workers" in kwargs else HaiStandaloneTrainingOperator
     task = kind(task_id="t", code_path="/c", cmd="x", resource_group="vision", max_schedule=4, **kwargs)
     assert (task.pool, task.pool_slots) == (("hai_vision", slots) if slots else ("default_pool", 1))
@@ -150,11 +150,11 @@ def test_pool_slots_are_the_gpus_of_the_package_the_job_will_take(
 def test_pool_slots_fall_back_to_the_gpus_asked_when_the_server_is_down(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from hai_airflow.operators import job
+    from hai_airflow.operators import package_choice
 
     down = json.dumps({"conn_type": "hai", "host": f"http://127.0.0.1:{free_port()}", "password": "x"})
     monkeypatch.setenv("AIRFLOW_CONN_HAI_DEFAULT", down)
-    job._packages_seen.clear()
+    package_choice._packages_seen.clear()
     task = HaiStandaloneTrainingOperator(
         task_id="t", code_path="/c", cmd="x", resource_group="vision", max_schedule=4, gpus=3
     )

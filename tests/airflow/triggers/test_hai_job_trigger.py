@@ -16,9 +16,10 @@ import pytest
 from airflow.triggers.base import BaseTrigger
 
 from hai_airflow.client import AsyncHaiClient, HaiUnreachable
+from hai_airflow.hooks.follower import HaiJobEvent, describe_forecast
 from hai_airflow.spec import CpuJobSpec, ForecastView, JobView, StandaloneJobSpec
 from hai_airflow.triggers.checkpoint import HaiCheckpointTrigger
-from hai_airflow.triggers.job import HaiJobEvent, HaiJobTrigger, describe_forecast
+from hai_airflow.triggers.job import HaiJobTrigger
 from hai_airflow.triggers.quota import HaiQuotaTrigger
 from tests.airflow.helpers import wait_for
 from tests.support.live_server import LiveServer
