@@ -34,12 +34,12 @@ from machine import speed_line  # noqa: E402
 from hai_airflow.backends.base import Exit, Handle, Launch  # noqa: E402
 from hai_airflow.scheduling.model import Node  # noqa: E402
 from hai_airflow.server.config import parse_config  # noqa: E402
-from hai_airflow.server.context import ServerContext  # noqa: E402
-from hai_airflow.server.controller import Controller  # noqa: E402
-from hai_airflow.server.follow import read_all  # noqa: E402
+from hai_airflow.server.control.controller import Controller  # noqa: E402
+from hai_airflow.server.control.mirror import read_all  # noqa: E402
+from hai_airflow.server.process.context import ServerContext  # noqa: E402
 from hai_airflow.server.provision import apply_config  # noqa: E402
-from hai_airflow.server.store import Store  # noqa: E402
-from hai_airflow.server.tables import InstanceRow, JobRow  # noqa: E402
+from hai_airflow.server.store.database import Store  # noqa: E402
+from hai_airflow.server.store.tables import InstanceRow, JobRow  # noqa: E402
 from tests.support import postgres  # noqa: E402
 from tests.support.live_server import TEST_CONFIG  # noqa: E402
 

@@ -19,8 +19,8 @@ from plan_bench import NOW, USERS, scenario  # noqa: E402
 
 from hai_airflow.scheduling.model import PLACED, Snapshot  # noqa: E402
 from hai_airflow.scheduling.runtime import FinishedRun, RuntimeFacts, RuntimeHistory  # noqa: E402
-from hai_airflow.server import heap  # noqa: E402
-from hai_airflow.server.forecasting import forecast_queue  # noqa: E402
+from hai_airflow.server.control import gc_freeze  # noqa: E402
+from hai_airflow.server.jobs.queue_forecast import forecast_queue  # noqa: E402
 
 TASKS = ("resnet", "bert", "gpt", "vit", "t5", "sweep")
 TARGET_SECONDS = 2.0
@@ -53,7 +53,7 @@ def main() -> None:
     snapshot = scenario(args.nodes, args.queued, busy=1.0)  # every node full: the queue waits
     facts, history = facts_and_history(snapshot)
     queued = sum(1 for j in snapshot.jobs if j.state not in PLACED)
-    heap.settle(len(snapshot.jobs))  # as the server leaves its kept state after a full read
+    gc_freeze.settle(len(snapshot.jobs))  # as the server leaves its kept state after a full read
     seconds = []
     for _ in range(args.runs):
         began, began_cpu = time.perf_counter(), time.process_time()

@@ -28,7 +28,7 @@ from machine import speed_line  # noqa: E402
 
 from hai_airflow.client import HaiClient  # noqa: E402
 from hai_airflow.scheduling.settled import REPLAN_SECONDS  # noqa: E402
-from hai_airflow.server.store import Store  # noqa: E402
+from hai_airflow.server.store.database import Store  # noqa: E402
 from hai_airflow.spec import StandaloneJobSpec  # noqa: E402
 from tests.support import postgres  # noqa: E402
 from tests.support.live_server import TEST_CONFIG, LiveServer, start_server  # noqa: E402

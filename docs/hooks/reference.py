@@ -415,10 +415,10 @@ def cli_page() -> str:
 
 def openapi_document() -> dict[str, Any]:
     """The OpenAPI document of the real app over a throwaway SQLite store (nothing is started)."""
-    from hai_airflow.server.app import create_app
+    from hai_airflow.server.api.app import create_app
     from hai_airflow.server.config import ServerConfig
-    from hai_airflow.server.context import ServerContext
-    from hai_airflow.server.store import Store
+    from hai_airflow.server.process.context import ServerContext
+    from hai_airflow.server.store.database import Store
 
     home = Path(tempfile.mkdtemp(prefix="hai-openapi-"))
     store = Store(f"sqlite:///{home / 'hai.db'}")
@@ -456,7 +456,7 @@ def rest_page(document: Mapping[str, Any] | None = None) -> str:
     schemas = doc.get("components", {}).get("schemas", {})
     out = [
         "# REST API reference\n\n",
-        DO_NOT_EDIT.format(source="the OpenAPI document of hai_airflow/server/app.py"),
+        DO_NOT_EDIT.format(source="the OpenAPI document of hai_airflow/server/api/app.py"),
         md(str(doc.get("info", {}).get("description", ""))) + "\n\n",
         "A running server serves the same document at `/openapi.json` and an interactive page at "
         "`/docs`. Errors are JSON bodies (`ErrorBody`) naming the field at fault and the fix.\n\n",

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hai_airflow.server.outage import STORE_UNAVAILABLE, Outage
+from hai_airflow.server.store.outage import STORE_UNAVAILABLE, Outage
 
 logger = logging.getLogger(__name__)
 api_outage = Outage(logger, "API (answering 503)")

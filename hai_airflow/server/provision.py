@@ -12,9 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.server.config import ServerConfig
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import GroupRow, NodeRow, SettingRow, UserRow
-from hai_airflow.server.tokens import key_check, new_token, same_hash, token_hash
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import GroupRow, NodeRow, SettingRow, UserRow
+from hai_airflow.server.store.tokens import key_check, new_token, same_hash, token_hash
 from hai_airflow.spec import NodeConfig
 
 

@@ -17,7 +17,7 @@ from hai_airflow.backends import BackendUnavailable, load_backend, options_model
 from hai_airflow.backends.base import Backend
 from hai_airflow.client import hai_home
 from hai_airflow.scheduling import POLICIES
-from hai_airflow.server.app import create_app
+from hai_airflow.server.api.app import create_app
 from hai_airflow.server.config import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -27,10 +27,9 @@ from hai_airflow.server.config import (
     default_nodes,
     load_config,
 )
-from hai_airflow.server.context import ServerContext
-from hai_airflow.server.controller import Controller
+from hai_airflow.server.control.controller import Controller
 from hai_airflow.server.errors import ServerStopping
-from hai_airflow.server.lease import holder_identity
+from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.provision import (
     apply_config,
     claim_token_key,
@@ -38,8 +37,9 @@ from hai_airflow.server.provision import (
     write_private,
     write_token_file,
 )
-from hai_airflow.server.store import Store, database_url
-from hai_airflow.server.tokens import KEY_FILE_NAME, read_or_create_key
+from hai_airflow.server.store.database import Store, database_url
+from hai_airflow.server.store.lease import holder_identity
+from hai_airflow.server.store.tokens import KEY_FILE_NAME, read_or_create_key
 from hai_airflow.spec import NodeConfig
 
 log = logging.getLogger("hai.server")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.server.submission import QUEUED
+from hai_airflow.server.intake.submission import QUEUED
 from hai_airflow.spec import TERMINAL_STATES, JobView
 from tests.cli.conftest import Hai, free_port, json_out
 from tests.support.live_server import TEST_CONFIG, LiveServer, reap_strays

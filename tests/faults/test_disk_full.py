@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.server.admission import MIN_FREE_BYTES
+from hai_airflow.server.control.admission import MIN_FREE_BYTES
 from hai_airflow.spec import CpuJobSpec
 from tests.cli.test_live import wait_for
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer

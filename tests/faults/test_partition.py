@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.server.lease import LEASE_SECONDS, RENEW_SECONDS
+from hai_airflow.server.store.lease import LEASE_SECONDS, RENEW_SECONDS
 from hai_airflow.spec import CpuJobSpec
 from tests.cli.test_live import wait_for
 from tests.support.live_server import TEST_CONFIG, TOKENS, LiveServer, start_server

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.server.lease import LEASE_SECONDS
+from hai_airflow.server.store.lease import LEASE_SECONDS
 from hai_airflow.spec import CpuJobSpec
 from tests.cli.conftest import Hai
 from tests.cli.test_live import as_user, wait_for

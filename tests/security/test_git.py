@@ -16,7 +16,7 @@ import pytest
 
 from hai_airflow.backends.gitcode import clone_argv
 from hai_airflow.client import HaiError
-from hai_airflow.server.controller import TICK_SECONDS
+from hai_airflow.server.control.controller import TICK_SECONDS
 from hai_airflow.spec import CpuJobSpec
 from tests.security.cli import hai
 from tests.security.test_races import wait_ended

@@ -24,7 +24,7 @@ from hai_airflow.backends.confine import (
 )
 from hai_airflow.backends.mounts import launch_mounts
 from hai_airflow.server.config import ConfigError, parse_config
-from hai_airflow.server.paths import local_code_path, watch_root
+from hai_airflow.server.jobs.paths import local_code_path, watch_root
 from hai_airflow.spec import CpuJobSpec
 from tests.support import postgres
 from tests.support.docker_engine import Engine

@@ -15,11 +15,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from starlette.responses import Response
 
-from hai_airflow.server.app import create_app
+from hai_airflow.server.api.app import create_app
 from hai_airflow.server.config import parse_config
-from hai_airflow.server.context import ServerContext
+from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.provision import apply_config
-from hai_airflow.server.store import Store
+from hai_airflow.server.store.database import Store
 from hai_airflow.spec import REFUSED_ACROSS_FIELDS
 from tests.support.live_server import TEST_CONFIG, TOKENS
 

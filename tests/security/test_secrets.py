@@ -23,7 +23,7 @@ from alembic.config import Config as AlembicConfig
 from sqlalchemy import create_engine, text
 
 from hai_airflow.client import HaiClient
-from hai_airflow.server.store import MIGRATIONS
+from hai_airflow.server.store.database import MIGRATIONS
 from hai_airflow.spec import JobView, StandaloneJobSpec
 from tests.support.live_server import REPO, TEST_CONFIG, TOKENS, LiveServer, free_port
 

@@ -18,13 +18,13 @@ from sqlalchemy import select
 
 from hai_airflow.backends import procs
 from hai_airflow.backends.local import LocalBackend
-from hai_airflow.server.app import create_app
+from hai_airflow.server.api.app import create_app
 from hai_airflow.server.config import ServerConfig, parse_config
-from hai_airflow.server.context import ServerContext
-from hai_airflow.server.controller import Controller
+from hai_airflow.server.control.controller import Controller
+from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.provision import apply_config
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import InstanceRow
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import InstanceRow
 from tests.support import postgres
 from tests.support.live_server import TEST_CONFIG, TOKENS, reap_strays
 

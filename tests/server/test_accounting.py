@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hai_airflow.server.accounting import (
+from hai_airflow.server.jobs.accounting import (
     DAY,
     HOUR,
     JobRecord,

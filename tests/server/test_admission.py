@@ -10,12 +10,13 @@ import pytest
 from sqlalchemy import select
 
 from hai_airflow.scheduling.model import Admit, WorkerPlacement
-from hai_airflow.server import admission, changes
 from hai_airflow.server.config import parse_config
-from hai_airflow.server.context import ServerContext
+from hai_airflow.server.control import admission
+from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.provision import apply_config
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import EventRow, InstanceRow, JobRow, ReservationRow
+from hai_airflow.server.store import changes
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import EventRow, InstanceRow, JobRow, ReservationRow
 from hai_airflow.spec import StandaloneJobSpec
 from tests.server.test_submission import _row
 from tests.support.live_server import TEST_CONFIG

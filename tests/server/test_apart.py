@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from hai_airflow.server.apart import ChildFailed, run_apart
+from hai_airflow.server.control.forked import ChildFailed, run_apart
 
 
 def test_the_answer_comes_from_another_process_that_saw_this_one_s_memory() -> None:

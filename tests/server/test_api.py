@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.server.tables import UserRow
-from hai_airflow.server.tokens import token_hash
+from hai_airflow.server.store.tables import UserRow
+from hai_airflow.server.store.tokens import token_hash
 from tests.server.conftest import Api
 
 

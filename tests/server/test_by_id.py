@@ -1,4 +1,4 @@
-"""Reads by id past one IN list (`by_id.CHUNK` ids), on both stores."""
+"""Reads by id past one IN list (`in_lists.CHUNK` ids), on both stores."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from hai_airflow.server import by_id
 from hai_airflow.server.config import parse_config
+from hai_airflow.server.jobs.snapshot import current_instances, reservations_of
 from hai_airflow.server.provision import apply_config
-from hai_airflow.server.snapshot import current_instances, reservations_of
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import InstanceRow, JobRow, ReservationRow
+from hai_airflow.server.store import in_lists
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import InstanceRow, JobRow, ReservationRow
 from tests.server.test_submission import _row
 from tests.support.live_server import TEST_CONFIG
 
-MANY = by_id.CHUNK * 2 + 1
+MANY = in_lists.CHUNK * 2 + 1
 
 
 @pytest.fixture
@@ -37,16 +37,16 @@ def _jobs(store: Store, count: int) -> list[int]:
 
 
 def test_chunks_keep_every_id_in_order_and_none_is_too_long() -> None:
-    parts = list(by_id.chunks(range(MANY)))
+    parts = list(in_lists.chunks(range(MANY)))
     assert [i for part in parts for i in part] == list(range(MANY))
-    assert max(len(part) for part in parts) == by_id.CHUNK
-    assert list(by_id.chunks([])) == []
+    assert max(len(part) for part in parts) == in_lists.CHUNK
+    assert list(in_lists.chunks([])) == []
 
 
 def test_rows_finds_every_named_row_and_no_other(store: Store) -> None:
     ids = _jobs(store, MANY)
     with store.read() as s:
-        found = by_id.rows(s, JobRow, [*ids[1:], 10**9])
+        found = in_lists.rows(s, JobRow, [*ids[1:], 10**9])
     assert sorted(found) == ids[1:]
     assert all(found[i].id == i for i in ids[1:])
 

@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from hai_airflow.server import changes
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import JobRow
+from hai_airflow.server.store import changes
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import JobRow
 from tests.server.test_submission import _row
 from tests.support import postgres
 

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from sqlalchemy import delete, event, select, update
 from sqlalchemy.orm import ORMExecuteState, Session
 
-from hai_airflow.server import changes
-from hai_airflow.server.tables import InstanceRow, JobRow, ReservationRow
+from hai_airflow.server.store import changes
+from hai_airflow.server.store.tables import InstanceRow, JobRow, ReservationRow
 from tests.server.conftest import Api
 
 WATCHED = {

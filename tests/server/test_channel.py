@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event
 
-from hai_airflow.server.app import create_app
-from hai_airflow.server.channel import Listener, listener_name
-from hai_airflow.server.context import ServerContext
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import JobRow
+from hai_airflow.server.api.app import create_app
+from hai_airflow.server.process.context import ServerContext
+from hai_airflow.server.store.channel import Listener, listener_name
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import JobRow
 from tests.server.conftest import make_config
 from tests.server.test_submission import _row
 from tests.support import postgres

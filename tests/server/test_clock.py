@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hai_airflow.server.clock import SLEW, Clock
+from hai_airflow.server.store.clock import SLEW, Clock
 
 
 class Fake:

@@ -16,12 +16,12 @@ from sqlalchemy.exc import OperationalError
 from hai_airflow.backends import procs
 from hai_airflow.backends.base import BackendUnavailable, Handle, Launch
 from hai_airflow.backends.local import LocalBackend
-from hai_airflow.server import exits as exits_module
-from hai_airflow.server import transitions
-from hai_airflow.server.controller import Controller
-from hai_airflow.server.lease import LeaseLost
-from hai_airflow.server.scanner import CHECKPOINT_SCAN_SECONDS
-from hai_airflow.server.tables import LeaseRow
+from hai_airflow.server.control import exits as exits_module
+from hai_airflow.server.control.controller import Controller
+from hai_airflow.server.control.scanner import CHECKPOINT_SCAN_SECONDS
+from hai_airflow.server.jobs import transitions
+from hai_airflow.server.store.lease import LeaseLost
+from hai_airflow.server.store.tables import LeaseRow
 from tests.server.conftest import Api
 from tests.server.scripts import ELASTIC, SAVES_ON_SIGTERM, TRAIN
 
@@ -475,7 +475,7 @@ def test_restart_reattaches_live_instances_and_requeues_lost_ones(run: Api) -> N
 
 
 def _handle(api: Api, instance_id: int) -> str:
-    from hai_airflow.server.tables import InstanceRow
+    from hai_airflow.server.store.tables import InstanceRow
 
     with api.ctx.store.read() as s:
         inst = s.get(InstanceRow, instance_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hai_airflow.server.dependencies import Waits, verdict
+from hai_airflow.server.jobs.dependencies import Waits, verdict
 from hai_airflow.spec import JobState
 from tests.server.conftest import Api
 from tests.server.scripts import TRAIN

@@ -17,10 +17,11 @@ from sqlalchemy import select, update
 
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import WAITING, Wait
-from hai_airflow.server import changes, heap
-from hai_airflow.server.follow import differences, read_all
-from hai_airflow.server.kept import KeptInstance, KeptJob
-from hai_airflow.server.tables import ChangeRow, JobRow, ReservationRow
+from hai_airflow.server.control import gc_freeze
+from hai_airflow.server.control.mirror import differences, read_all
+from hai_airflow.server.jobs.kept import KeptInstance, KeptJob
+from hai_airflow.server.store import changes
+from hai_airflow.server.store.tables import ChangeRow, JobRow, ReservationRow
 from tests.server.conftest import Api
 from tests.server.test_changes_recorded import unsaid_writes
 
@@ -249,7 +250,7 @@ def test_a_full_read_freezes_what_survives_it_and_the_next_gives_it_back(
     class Cyclic:
         me: Any
 
-    monkeypatch.setattr(heap, "FREEZE_AT_JOBS", 0)
+    monkeypatch.setattr(gc_freeze, "FREEZE_AT_JOBS", 0)
     controller = api.with_controller()
     api.submit("alice", cmd="sleep 30")
     cyclic = Cyclic()

@@ -10,9 +10,9 @@ import pytest
 
 from hai_airflow.scheduling.model import Snapshot, Wait
 from hai_airflow.scheduling.runtime import RuntimeHistory
-from hai_airflow.server.forecaster import Forecaster, Offer
-from hai_airflow.server.forecasting import GRAIN_SECONDS, QueueForecast
-from hai_airflow.server.runtimes import recent_runs
+from hai_airflow.server.control.forecaster import Forecaster
+from hai_airflow.server.jobs.queue_forecast import GRAIN_SECONDS, Offer, QueueForecast
+from hai_airflow.server.jobs.runtime_history import recent_runs
 from tests.scheduling.builders import job
 from tests.server.conftest import Api
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from hai_airflow.server import intake
-from hai_airflow.server.intake import Intake
+from hai_airflow.server.intake import group_commit
+from hai_airflow.server.intake.group_commit import Intake
 
 
 class Recorder:
@@ -56,7 +56,7 @@ def test_items_queued_during_a_batch_share_the_next_one_and_each_gets_its_outcom
 
 
 def test_a_batch_is_never_larger_than_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(intake, "BATCH_LIMIT", 3)
+    monkeypatch.setattr(group_commit, "BATCH_LIMIT", 3)
     handler = Recorder()
     box: Intake[int, int] = Intake(handler, "test-intake")
     assert asyncio.run(_behind_a_busy_batch(box, handler, range(2, 16, 2))) == list(range(0, 160, 20))
@@ -86,7 +86,7 @@ def test_a_handler_that_raises_fails_every_item_of_its_batch_and_the_intake_goes
 
 
 def test_the_thread_ends_when_idle_and_a_later_put_starts_another(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(intake, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(group_commit, "IDLE_SECONDS", 0.05)
     box: Intake[int, int] = Intake(lambda items: list(items), "test-intake-idle")
     alive = lambda: any(t.name == "test-intake-idle" for t in threading.enumerate())  # noqa: E731
     assert asyncio.run(box.put(7)) == 7

@@ -23,9 +23,9 @@ import pytest
 from sqlalchemy import select
 
 from hai_airflow.client import HaiClient, HaiError, resolve_connection
-from hai_airflow.server.auth import JOB_ROUTES
-from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
-from hai_airflow.server.tokens import token_hash
+from hai_airflow.server.jobs.auth import JOB_ROUTES
+from hai_airflow.server.store.tables import EventRow, InstanceRow, JobRow
+from hai_airflow.server.store.tokens import token_hash
 from hai_airflow.spec import CpuJobSpec, StandaloneJobSpec
 from tests.security.test_races import wait_ended
 from tests.server.conftest import Api

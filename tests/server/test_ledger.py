@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from hai_airflow.scheduling.model import Quota
-from hai_airflow.server import ledger
-from hai_airflow.server.ledger import Event, JobRecord, Run
+from hai_airflow.server.control import ledger
+from hai_airflow.server.control.ledger import Event, JobRecord, Run
 from hai_airflow.spec import JobState
 
 P, S, R, D = JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.SUCCEEDED

@@ -7,7 +7,7 @@ import time
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from hai_airflow.server.tables import InstanceRow, JobRow
+from hai_airflow.server.store.tables import InstanceRow, JobRow
 from tests.server.conftest import Api
 from tests.server.scripts import TRAIN
 from tests.support.live_server import TOKENS

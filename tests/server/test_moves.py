@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from hai_airflow.backends.base import Exit
-from hai_airflow.server import transitions
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import EventRow, InstanceRow, JobRow
+from hai_airflow.server.jobs import transitions
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import EventRow, InstanceRow, JobRow
 from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState
 from tests.server.test_submission import _row
 

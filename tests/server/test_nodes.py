@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hai_airflow.server.provision import apply_config
-from hai_airflow.server.tables import NodeRow, ReservationRow
+from hai_airflow.server.store.tables import NodeRow, ReservationRow
 from tests.server.conftest import Api
 from tests.server.test_api import error_of
 from tests.server.test_follow import check_kept

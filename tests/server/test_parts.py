@@ -15,8 +15,6 @@ from sqlalchemy import update
 
 from hai_airflow.backends.base import Exit
 from hai_airflow.scheduling import POLICIES
-from hai_airflow.server import lease
-from hai_airflow.server.checkpoints import Counted, newest_checkpoint
 from hai_airflow.server.config import (
     DEFAULT_CHECKPOINT_DIRECTORIES,
     DEFAULT_CHECKPOINT_IGNORE,
@@ -26,13 +24,15 @@ from hai_airflow.server.config import (
     default_config_text,
     parse_config,
 )
-from hai_airflow.server.hints import failure_hint, is_ampere_or_newer
+from hai_airflow.server.jobs.checkpoints import Counted, newest_checkpoint
+from hai_airflow.server.jobs.hints import failure_hint, is_ampere_or_newer
+from hai_airflow.server.jobs.transitions import exit_outcome
 from hai_airflow.server.provision import apply_config
 from hai_airflow.server.serve import load_or_create_config
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import Base, InstanceRow, JobRow, LeaseRow, UserRow
-from hai_airflow.server.tokens import token_hash
-from hai_airflow.server.transitions import exit_outcome
+from hai_airflow.server.store import lease
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import Base, InstanceRow, JobRow, LeaseRow, UserRow
+from hai_airflow.server.store.tokens import token_hash
 from hai_airflow.spec import NodeConfig
 from tests.support.live_server import TEST_CONFIG
 

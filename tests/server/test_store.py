@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from hai_airflow.server import store as store_module
-from hai_airflow.server.store import Store
+from hai_airflow.server.store import database as store_module
+from hai_airflow.server.store.database import Store
 from tests.support import postgres
 
 

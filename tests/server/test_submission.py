@@ -11,14 +11,14 @@ import pytest
 from sqlalchemy import event, select
 
 from hai_airflow.scheduling.quota import high_gpus, judge
-from hai_airflow.server import submission
-from hai_airflow.server.auth import Caller
 from hai_airflow.server.config import parse_config
 from hai_airflow.server.errors import ApiError
+from hai_airflow.server.intake import submission
+from hai_airflow.server.jobs.auth import Caller
+from hai_airflow.server.jobs.snapshot import planner_job, quota_of
 from hai_airflow.server.provision import apply_config
-from hai_airflow.server.snapshot import planner_job, quota_of
-from hai_airflow.server.store import Store
-from hai_airflow.server.tables import ChangeRow, EventRow, JobRow
+from hai_airflow.server.store.database import Store
+from hai_airflow.server.store.tables import ChangeRow, EventRow, JobRow
 from hai_airflow.spec import TERMINAL_STATES, StandaloneJobSpec, SubmitRequest
 from tests.server.conftest import Api
 from tests.server.test_api import error_of, job_count

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.server.follow import read_all
+from hai_airflow.server.control.mirror import read_all
 from tests.server.conftest import Api
 from tests.server.scripts import SAVES_ON_SIGTERM, TRAIN
 

@@ -1,0 +1,1 @@
+"""The HTTP API: the FastAPI application, its routes, and the bulkheads that bound each user's share."""

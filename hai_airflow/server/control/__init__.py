@@ -1,0 +1,1 @@
+"""The controller: the loop that plans, admits, stops and records, while this server holds the lease."""

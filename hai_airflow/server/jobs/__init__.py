@@ -1,0 +1,1 @@
+"""The rules about jobs, users and nodes, read from and written to the store."""

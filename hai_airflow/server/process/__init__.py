@@ -1,0 +1,1 @@
+"""What the parts of one `hai serve` process share: its context, wake-ups and metrics."""

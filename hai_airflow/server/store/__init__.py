@@ -1,0 +1,1 @@
+"""The store: the database, its tables and migrations, the change feed and the controller lease."""
