@@ -40,12 +40,12 @@ test-fast: install
 	$(PY) -m pytest $(XDIST) $(FAST)
 
 lint: install
-	$(VENV)/bin/ruff check hai_airflow tests benchmarks
+	$(VENV)/bin/ruff check hai_airflow tests benchmarks dev
 	$(VENV)/bin/mypy hai_airflow
 	$(VENV)/bin/lint-imports
 
 demo: install
-	$(PY) -m hai_airflow.demo
+	$(PY) -m dev.demo
 
 # Benchmarks print figures; the README's table comes from them.
 bench: install
@@ -72,7 +72,7 @@ chaos: install provision
 	$(PY) -m tests.faults.figures .artifacts/faults.jsonl
 
 up: install
-	$(PY) -m hai_airflow.demo --up
+	$(PY) -m dev.demo --up
 
 # The site (into .artifacts/site), references generated from the code by docs/hooks/reference.py;
 # a broken link or a page missing from the nav fails it.

@@ -14,7 +14,7 @@ from tests.airflow.helpers import REPO
 @pytest.mark.timeout(600)
 def test_demo_tells_the_whole_story() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "hai_airflow.demo", "--steps", "120"],
+        [sys.executable, "-m", "dev.demo", "--steps", "120"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dev.demo.processes import processes_with
 from hai_airflow.client import HaiClient
-from hai_airflow.demo import processes_with
 from tests.airflow.helpers import INCLUDE, REPO
 from tests.support.live_server import free_port
 
@@ -44,7 +44,7 @@ class Up:
         self.out = home.parent / "up.log"
         with open(self.out, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hai_airflow.demo", *args],
+                [sys.executable, "-m", "dev.demo", *args],
                 cwd=REPO,
                 env=env,
                 stdout=out,

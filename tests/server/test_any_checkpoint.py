@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from hai_airflow.demo import trainer_loaded
+from dev.demo.story import trainer_loaded
 from tests.support.live_cli import (
     hai_ok,
     module_server,  # noqa: F401 (the fixture `server`)
