@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from machine import speed_line  # noqa: E402
 
-from hai_airflow.backends.base import Exit, Handle, Launch  # noqa: E402
+from hai_airflow.backends.common.base import Exit, Handle, Launch  # noqa: E402
 from hai_airflow.scheduling.model import Node  # noqa: E402
 from hai_airflow.server.config import parse_config  # noqa: E402
 from hai_airflow.server.control.controller import Controller  # noqa: E402

@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from machine import speed_line  # noqa: E402
 
-from hai_airflow.backends import ranks  # noqa: E402
-from hai_airflow.backends.workerenv import (  # noqa: E402
+from hai_airflow.backends.common import ranks  # noqa: E402
+from hai_airflow.backends.common.workerenv import (  # noqa: E402
     MASTER_ADDR,
     Gang,
     free_port,

@@ -9,18 +9,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from hai_airflow.backends.base import Backend
+from hai_airflow.backends.common.base import Backend
 
 BACKENDS: dict[str, tuple[str, str, str]] = {
-    "local": ("hai_airflow.backends.local", "LocalBackend", ""),
-    "docker": ("hai_airflow.backends.docker", "DockerBackend", "docker"),
-    "kubernetes": ("hai_airflow.backends.kubernetes", "KubernetesBackend", "kubernetes"),
+    "local": ("hai_airflow.backends.local.backend", "LocalBackend", ""),
+    "docker": ("hai_airflow.backends.docker.backend", "DockerBackend", "docker"),
+    "kubernetes": ("hai_airflow.backends.kubernetes.backend", "KubernetesBackend", "kubernetes"),
 }
 """Backend name -> (module, class, pip extra it needs). A class is called as `cls(options, home)`."""
 OPTIONS: dict[str, tuple[str, str]] = {
-    "local": ("hai_airflow.backends.local", "LocalOptions"),
-    "docker": ("hai_airflow.backends.docker_config", "DockerOptions"),
-    "kubernetes": ("hai_airflow.backends.k8s_manifests", "KubernetesOptions"),
+    "local": ("hai_airflow.backends.local.backend", "LocalOptions"),
+    "docker": ("hai_airflow.backends.docker.containers", "DockerOptions"),
+    "kubernetes": ("hai_airflow.backends.kubernetes.manifests", "KubernetesOptions"),
 }
 """Backend name -> (module, class) of the model its `[backend]` table is validated with: read by
 `hai serve --check-config` and the reference pages without reaching an engine or a cluster."""

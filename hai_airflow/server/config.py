@@ -10,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hai_airflow.backends.confine import template_problem
-from hai_airflow.backends.gitcode import DEFAULT_SCHEMES
+from hai_airflow.backends.common.confine import template_problem
+from hai_airflow.backends.common.gitcode import DEFAULT_SCHEMES
 from hai_airflow.server.acting import entry_problem
 from hai_airflow.spec import GroupConfig, NodeConfig, ResourcePackage, UserConfig
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
 from hai_airflow.backends import BackendUnavailable, load_backend, options_model
-from hai_airflow.backends.base import Backend
+from hai_airflow.backends.common.base import Backend
 from hai_airflow.client import hai_home
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.api.app import create_app

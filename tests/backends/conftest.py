@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends import procs
-from hai_airflow.backends.base import Exit, Handle, JobEnvironment, Launch
-from hai_airflow.backends.local import LocalBackend
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.common.base import Exit, Handle, JobEnvironment, Launch
+from hai_airflow.backends.local.backend import LocalBackend
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 from tests.support.exits import ended_within

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends import docker_config as cfg
-from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import JobEnvironment, Launch
-from hai_airflow.backends.credential import write_credential
-from hai_airflow.backends.jobuser import JobUser
-from hai_airflow.backends.workerenv import worker_slots
+from hai_airflow.backends.common.base import JobEnvironment, Launch
+from hai_airflow.backends.common.credential import write_credential
+from hai_airflow.backends.common.jobuser import JobUser
+from hai_airflow.backends.common.workerenv import worker_slots
+from hai_airflow.backends.docker import containers as cfg
+from hai_airflow.backends.kubernetes import manifests as m
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec
 from tests.backends.test_kube_manifests import SCHEMA_VERSIONS, needs_validator, validate

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends.base import Handle, StartError
+from hai_airflow.backends.common.base import Handle, StartError
 from tests.support.docker_engine import DockerJobs, Engine
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

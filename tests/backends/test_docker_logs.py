@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends.docker_logs import MAX_PIECE, last_lines, merge, stamped_only
-from hai_airflow.backends.live_logs import FanIn, WorkerLog, prefixed_lines, read_workers
+from hai_airflow.backends.common.live_logs import FanIn, WorkerLog, prefixed_lines, read_workers
+from hai_airflow.backends.common.merged_logs import MAX_PIECE, last_lines, merge, stamped_only
 from hai_airflow.spec import StandaloneJobSpec
 from tests.support.docker_engine import DockerJobs, Engine, docker_server
 
@@ -38,7 +38,7 @@ def test_one_worker_keeps_its_own_order_and_no_prefix() -> None:
     assert last_lines(merge([raw]), 2) == "err\nno newline\n"
 
 
-# ---- the shared live-log helpers (backends/live_logs.py) -------------------------------------------
+# ---- the shared live-log helpers (backends/common/live_logs.py) -------------------------------------------
 
 
 def test_a_stream_becomes_prefixed_whole_lines_and_an_endless_line_comes_in_pieces() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends import docker_config as cfg
+from hai_airflow.backends.docker import containers as cfg
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import DistributedJobSpec, InstanceView, StandaloneJobSpec
 from tests.support.docker_engine import Engine, docker_server

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends.base import Exit
-from hai_airflow.backends.launches import WorkerEnd, exit_words, gang_exit
+from hai_airflow.backends.common.base import Exit
+from hai_airflow.backends.common.launches import WorkerEnd, exit_words, gang_exit
 
 VANISHED = "its process (pid 9) vanished without an exit code"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import Handle
+from hai_airflow.backends.common.base import Handle
+from hai_airflow.backends.kubernetes import manifests as m
 from tests.support.kube_apiserver import ADMIN_TOKEN, ApiServer, KubeTest, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]
@@ -532,7 +532,7 @@ def test_the_api_server_refuses_a_wrong_mpijob_field_and_the_backend_a_dropped_o
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    from hai_airflow.backends.base import StartError
+    from hai_airflow.backends.common.base import StartError
 
     launch = kube.launch("python3 train.py", mode="distributed", gpus=((0, 1), (0, 1)))
     body = m.mpijob(launch, m.KubernetesOptions(namespace=kube.ns))

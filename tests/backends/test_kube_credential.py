@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.kubernetes import manifests as m
 from tests.support.kube_apiserver import ApiServer, KubeTest, wait_until
 
 pytestmark = [pytest.mark.kube, pytest.mark.slow]

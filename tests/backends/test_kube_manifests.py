@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import JobEnvironment, Launch, StartError
-from hai_airflow.backends.confine import PathRules
-from hai_airflow.backends.jobuser import JobUser
-from hai_airflow.backends.k8s_pods import dropped_fields, mpijob_end
+from hai_airflow.backends.common.base import JobEnvironment, Launch, StartError
+from hai_airflow.backends.common.confine import PathRules
+from hai_airflow.backends.common.jobuser import JobUser
+from hai_airflow.backends.kubernetes import manifests as m
+from hai_airflow.backends.kubernetes.pods import dropped_fields, mpijob_end
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 

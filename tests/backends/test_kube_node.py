@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.kubernetes import manifests as m
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobView, StandaloneJobSpec
 from hai_airflow.training import EXIT_SAVED_ON_NOTICE

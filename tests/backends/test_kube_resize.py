@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import tests.backends.test_kube_node as node_tier
-from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import JobEnvironment, Launch
+from hai_airflow.backends.common.base import JobEnvironment, Launch
+from hai_airflow.backends.kubernetes import manifests as m
 from hai_airflow.scheduling.model import WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
 from tests.backends.test_docker_resize import high_job, resizable_job, resize_scenario

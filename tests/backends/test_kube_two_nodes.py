@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import tests.backends.test_kube_node as node_tier
-from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.kubernetes import manifests as m
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import DistributedJobSpec, StandaloneJobSpec
 from tests.support.docker_engine import (

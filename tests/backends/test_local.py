@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends import local, procs
-from hai_airflow.backends.base import StartError
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.common.base import StartError
+from hai_airflow.backends.local import backend as local
 
 from .conftest import Cluster
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from hai_airflow.backends import procs
-from hai_airflow.backends.local import LocalBackend, LocalOptions, worker_log_path
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.local.backend import LocalBackend, LocalOptions, worker_log_path
 
 from .conftest import Cluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from hai_airflow.backends.base import Exit
+from hai_airflow.backends.common.base import Exit
 
 from .conftest import Cluster
 from .test_local_reattach import restarted

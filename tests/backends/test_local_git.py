@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT
+from hai_airflow.backends.common.gitcode import CLONE_FAILED_EXIT
 from tests.support.gitrepo import bare_origin, silent_url
 
 from .conftest import Cluster

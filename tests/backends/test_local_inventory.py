@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends.inventory import Gpu, gpu_type, parse_gpus
+from hai_airflow.backends.common.inventory import Gpu, gpu_type, parse_gpus
 
 from .conftest import Cluster
 

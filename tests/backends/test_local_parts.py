@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hai_airflow.backends.logs import read_tail
-from hai_airflow.backends.workerenv import (
+from hai_airflow.backends.common.log_files import read_tail
+from hai_airflow.backends.common.workerenv import (
     Gang,
     WorkerSlot,
     gang_env,

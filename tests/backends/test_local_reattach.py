@@ -8,8 +8,8 @@ import signal
 import time
 from pathlib import Path
 
-from hai_airflow.backends import procs
-from hai_airflow.backends.base import Handle
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.common.base import Handle
 
 from .conftest import Cluster
 

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hai_airflow.backends import ranks
-from hai_airflow.backends.workerenv import free_port
+from hai_airflow.backends.common import ranks
+from hai_airflow.backends.common.workerenv import free_port
 
 
 @pytest.fixture(params=["sock_diag", "/proc/net/tcp"])

@@ -32,5 +32,5 @@ def test_importing_the_package_imports_no_backend() -> None:
     code = "import sys, hai_airflow.backends; print(' '.join(m for m in sys.modules if 'backends.' in m))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = set(out.split())
-    assert "hai_airflow.backends.base" in loaded
+    assert "hai_airflow.backends.common.base" in loaded
     assert not loaded & {module for module, _, _ in BACKENDS.values()}

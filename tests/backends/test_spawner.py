@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hai_airflow.backends import procs
-from hai_airflow.backends.local import SUPERVISOR
-from hai_airflow.backends.spawner import Spawner
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.local.backend import SUPERVISOR
+from hai_airflow.backends.local.spawner import Spawner
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 5) -> None:

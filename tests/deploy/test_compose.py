@@ -198,8 +198,8 @@ def test_every_airflow_setting_is_a_real_airflow_option(compose: dict[str, Any])
 @pytest.mark.parametrize("name", ["hai-docker.toml", "hai-kubernetes.toml"])
 def test_the_sample_server_configs_are_valid(name: str, compose: dict[str, Any]) -> None:
     pytest.importorskip("sqlalchemy")
-    from hai_airflow.backends.docker_config import DockerOptions
-    from hai_airflow.backends.k8s_manifests import KubernetesOptions
+    from hai_airflow.backends.docker.containers import DockerOptions
+    from hai_airflow.backends.kubernetes.manifests import KubernetesOptions
     from hai_airflow.scheduling import POLICIES
     from hai_airflow.server.config import load_config
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hai_airflow.backends import k8s_manifests as m
+from hai_airflow.backends.kubernetes import manifests as m
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.config import ServerConfig, parse_config
 from tests.support.docker_engine import Engine
@@ -97,9 +97,9 @@ def server_container(docs: Docs) -> dict[str, Any]:
 
 def test_rbac_yaml_is_exactly_what_the_backends_rbac_printer_prints() -> None:
     """The committed RBAC cannot drift from what the backend needs: regenerate it when this fails with
-    `python -m hai_airflow.backends.k8s_manifests hai hai > deploy/kubernetes/base/02-rbac.yaml`."""
+    `python -m hai_airflow.backends.kubernetes.manifests hai hai > deploy/kubernetes/base/02-rbac.yaml`."""
     printed = subprocess.run(
-        [sys.executable, "-m", "hai_airflow.backends.k8s_manifests", NAMESPACE, SERVICE_ACCOUNT],
+        [sys.executable, "-m", "hai_airflow.backends.kubernetes.manifests", NAMESPACE, SERVICE_ACCOUNT],
         capture_output=True, text=True, check=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert (BASE / "02-rbac.yaml").read_text() == printed.stdout

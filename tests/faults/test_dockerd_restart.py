@@ -134,7 +134,7 @@ def test_an_engine_that_does_not_answer_holds_the_controller_back(
 ) -> None:
     """With nothing running too: `poll` raises, so the controller plans nothing and starts nothing
     (a start would fail its job), until the engine answers again."""
-    from hai_airflow.backends.docker import DockerBackend, EngineUnreachable
+    from hai_airflow.backends.docker.backend import DockerBackend, EngineUnreachable
 
     engine = own_engine.start()
     backend = DockerBackend({"docker_host": engine.url, "owner": "hai-test-away"}, tmp_path)

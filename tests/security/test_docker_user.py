@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from hai_airflow.backends.base import Exit, Handle, Launch, StartError
-from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT
+from hai_airflow.backends.common.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.common.gitcode import CLONE_FAILED_EXIT
 from tests.support.accounts import Account, made_account
 from tests.support.docker_engine import DockerJobs, Engine
 from tests.support.exits import ended_within

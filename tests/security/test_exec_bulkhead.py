@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from hai_airflow.backends import procs
+from hai_airflow.backends.common import procs
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import CpuJobSpec
 from tests.support.latency import NEIGHBOUR_SECONDS, assert_answered_fast

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from hai_airflow.backends.gitcode import clone_argv
+from hai_airflow.backends.common.gitcode import clone_argv
 from hai_airflow.client import HaiError
 from hai_airflow.server.control.controller import TICK_SECONDS
 from hai_airflow.spec import CpuJobSpec

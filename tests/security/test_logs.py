@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from hai_airflow.backends.logs import TAIL_LIMIT
-from hai_airflow.backends.procs import read_exit_file
+from hai_airflow.backends.common.log_files import TAIL_LIMIT
+from hai_airflow.backends.common.procs import read_exit_file
 from hai_airflow.client import HaiClient
 from hai_airflow.spec import InstanceView, StandaloneJobSpec
 from tests.support.docker_engine import Engine

@@ -15,14 +15,14 @@ from typing import Any
 import httpx
 import pytest
 
-from hai_airflow.backends.confine import (
+from hai_airflow.backends.common.confine import (
     PathRefused,
     PathRules,
     allowed_roots,
     confine,
     storage_problem,
 )
-from hai_airflow.backends.mounts import launch_mounts
+from hai_airflow.backends.common.mounts import launch_mounts
 from hai_airflow.server.config import ConfigError, parse_config
 from hai_airflow.server.jobs.paths import local_code_path, watch_root
 from hai_airflow.spec import CpuJobSpec
@@ -518,8 +518,8 @@ def test_docker_backend_resolves_and_refuses_at_mount_time(
     docker_engine: Engine, busybox_image: str, tmp_path: Path
 ) -> None:
     """The backend's own check, right before the engine mounts: a swapped symlink, nothing created."""
-    from hai_airflow.backends.base import JobEnvironment, Launch, StartError
-    from hai_airflow.backends.docker import DockerBackend
+    from hai_airflow.backends.common.base import JobEnvironment, Launch, StartError
+    from hai_airflow.backends.docker.backend import DockerBackend
     from hai_airflow.scheduling.model import WorkerPlacement
     from hai_airflow.spec import StandaloneJobSpec
 
@@ -566,8 +566,8 @@ def test_docker_backend_resolves_and_refuses_at_mount_time(
 def test_a_walk_beneath_a_root_follows_no_link_at_all(tmp_path: Path, link: str) -> None:
     """A link below the root is never followed, even one that stays inside: in a group share its
     members' dirs are swapped by whoever may write the share, to lead to another dir of the member."""
-    from hai_airflow.backends.confine import open_beneath
-    from hai_airflow.backends.safefs import UnsafeFile
+    from hai_airflow.backends.common.confine import open_beneath
+    from hai_airflow.backends.common.safefs import UnsafeFile
 
     root = tmp_path / "nas" / "alice"
     (root / "data" / "models").mkdir(parents=True)

@@ -16,8 +16,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from hai_airflow.backends import procs
-from hai_airflow.backends.local import LocalBackend
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.local.backend import LocalBackend
 from hai_airflow.server.api.app import create_app
 from hai_airflow.server.config import ServerConfig, parse_config
 from hai_airflow.server.control.controller import Controller

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 
-from hai_airflow.backends import procs
-from hai_airflow.backends.base import BackendUnavailable, Handle, Launch
-from hai_airflow.backends.local import LocalBackend
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.common.base import BackendUnavailable, Handle, Launch
+from hai_airflow.backends.local.backend import LocalBackend
 from hai_airflow.server.control import exits as exits_module
 from hai_airflow.server.control.controller import Controller
 from hai_airflow.server.control.scanner import CHECKPOINT_SCAN_SECONDS
@@ -439,7 +439,7 @@ def test_an_exit_whose_files_cannot_be_read_is_recorded_without_a_hint(
     def unreadable(*_args: Any, **_kwargs: Any) -> str:  # the log's disk failing; injected
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(exits_module.logs, "read_tail", unreadable)
+    monkeypatch.setattr(exits_module.log_files, "read_tail", unreadable)
     (ok, failed), _ = _gated_pair(run, (0, 3))
     run.step()
     assert [run.job(j["id"])["state"] for j in (ok, failed)] == ["SUCCEEDED", "FAILED"]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from hai_airflow.backends.base import Exit
+from hai_airflow.backends.common.base import Exit
 from hai_airflow.server.jobs import transitions
 from hai_airflow.server.store.database import Store
 from hai_airflow.server.store.tables import EventRow, InstanceRow, JobRow

@@ -13,7 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import update
 
-from hai_airflow.backends.base import Exit
+from hai_airflow.backends.common.base import Exit
 from hai_airflow.scheduling import POLICIES
 from hai_airflow.server.config import (
     DEFAULT_CHECKPOINT_DIRECTORIES,

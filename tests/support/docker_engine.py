@@ -256,7 +256,7 @@ class DockerJobs:
         self._next_id = int(time.time() * 1000) % 10_000_000
 
     def new_backend(self, **options: Any) -> Any:
-        from hai_airflow.backends.docker import DockerBackend
+        from hai_airflow.backends.docker.backend import DockerBackend
 
         opts = {"docker_host": self.engine.url, "owner": self.owner, "virtual_gpus": True, **options}
         backend = DockerBackend(opts, self.tmp / "home")
@@ -274,7 +274,7 @@ class DockerJobs:
         code_path: str | None = None,
         **spec: Any,
     ) -> Any:
-        from hai_airflow.backends.base import JobEnvironment, Launch
+        from hai_airflow.backends.common.base import JobEnvironment, Launch
         from hai_airflow.scheduling.model import WorkerPlacement
         from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from hai_airflow.backends.base import Backend, Exit
+from hai_airflow.backends.common.base import Backend, Exit
 
 
 def ended_within(backend: Backend, instance_id: int, timeout: float) -> Exit:

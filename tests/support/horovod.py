@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hai_airflow.backends.workerenv import Gang, free_port, gang_env, launcher_argv, worker_slots
+from hai_airflow.backends.common.workerenv import Gang, free_port, gang_env, launcher_argv, worker_slots
 from hai_airflow.scheduling.model import WorkerPlacement
 
 INCLUDE = Path(__file__).parents[2] / "include"

@@ -245,7 +245,7 @@ def kube_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServ
 
 class KubeTest:
     """One test's namespace on the session's API server: the admin plays kubelet and operator, the
-    backend runs as the `hai-server` user with only the RBAC of `k8s_manifests.rbac`."""
+    backend runs as the `hai-server` user with only the RBAC of `manifests.rbac`."""
 
     def __init__(self, server: ApiServer, tmp: Path, namespace: str) -> None:
         from kubernetes import client
@@ -263,7 +263,7 @@ class KubeTest:
         self._next_id = 100
 
     def backend(self, **options: Any) -> Any:
-        from hai_airflow.backends.kubernetes import KubernetesBackend
+        from hai_airflow.backends.kubernetes.backend import KubernetesBackend
 
         opts = {"kubeconfig": str(self.kubeconfig), "namespace": self.ns, **options}
         backend = KubernetesBackend(opts, self.tmp / "home")
@@ -282,7 +282,7 @@ class KubeTest:
         storages: dict[int, str] | None = None,
         **spec: Any,
     ) -> Any:
-        from hai_airflow.backends.base import JobEnvironment, Launch
+        from hai_airflow.backends.common.base import JobEnvironment, Launch
         from hai_airflow.scheduling.model import WorkerPlacement
         from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 
@@ -368,14 +368,14 @@ class KubeTest:
 
 
 def grant_server_rbac(admin_client: Any, namespace: str) -> None:
-    """The backend's RBAC (`k8s_manifests.rbac`) in `namespace` for the `hai-server` user."""
+    """The backend's RBAC (`manifests.rbac`) in `namespace` for the `hai-server` user."""
     from kubernetes import client
 
-    from hai_airflow.backends import k8s_manifests
+    from hai_airflow.backends.kubernetes import manifests
 
     subject = {"kind": "User", "name": SERVER_USER, "apiGroup": "rbac.authorization.k8s.io"}
     rbac_api = client.RbacAuthorizationV1Api(admin_client)
-    for doc in k8s_manifests.rbac(namespace, subject):
+    for doc in manifests.rbac(namespace, subject):
         kind = doc["kind"]
         if kind == "Role":
             rbac_api.create_namespaced_role(namespace, doc)

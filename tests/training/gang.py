@@ -1,6 +1,6 @@
 """One instance of a per-gpu job started through the platform's rank launcher, outside any server.
 
-The same argv and variables a backend gives each worker (hai_airflow.backends.workerenv), so a test
+The same argv and variables a backend gives each worker (hai_airflow.backends.common.workerenv), so a test
 can run `include/train_distributed.py` at one size, stop it, and start it again at another size.
 """
 
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hai_airflow.backends.workerenv import Gang, free_port, gang_env, launcher_argv, worker_slots
+from hai_airflow.backends.common.workerenv import Gang, free_port, gang_env, launcher_argv, worker_slots
 from hai_airflow.scheduling.model import WorkerPlacement
 
 BIN = Path(sys.executable).parent

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from hai_airflow.backends.execs import READ_BYTES, ExecRun
+from hai_airflow.backends.common.execs import READ_BYTES, ExecRun
 from hai_airflow.server.api.budgets import Claim
 
 logger = logging.getLogger(__name__)

@@ -14,8 +14,8 @@ from pathlib import Path
 from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
-from hai_airflow.backends.base import Backend, Handle, JobEnvironment, Launch, StartError
-from hai_airflow.backends.confine import make_beneath
+from hai_airflow.backends.common.base import Backend, Handle, JobEnvironment, Launch, StartError
+from hai_airflow.backends.common.confine import make_beneath
 from hai_airflow.scheduling.model import WAITING, Admit
 from hai_airflow.server.jobs import paths, transitions
 from hai_airflow.server.jobs.kept import KeptJob

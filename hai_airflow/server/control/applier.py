@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.orm import Session
 
 from hai_airflow import durations
-from hai_airflow.backends.base import Backend
+from hai_airflow.backends.common.base import Backend
 from hai_airflow.scheduling.model import Admit, Decision, Grow, Reject, Reserve, Shrink, Suspend, Wait
 from hai_airflow.scheduling.resize import resizing
 from hai_airflow.server.control import admission, carryover

@@ -29,7 +29,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hai_airflow.backends.confine import make_beneath, open_beneath
+from hai_airflow.backends.common.confine import make_beneath, open_beneath
 from hai_airflow.server.control.admission import NewInstance, traverse_only
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store.tables import InstanceRow

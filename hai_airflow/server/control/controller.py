@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sqlalchemy import select, text
 
-from hai_airflow.backends.base import Backend, BackendUnavailable, Exit, Handle
+from hai_airflow.backends.common.base import Backend, BackendUnavailable, Exit, Handle
 from hai_airflow.scheduling import plan
 from hai_airflow.scheduling.model import Decision
 from hai_airflow.scheduling.settled import Settled

@@ -18,8 +18,8 @@ from pathlib import Path
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from hai_airflow.backends import logs
-from hai_airflow.backends.base import Exit
+from hai_airflow.backends.common import log_files
+from hai_airflow.backends.common.base import Exit
 from hai_airflow.server.jobs import transitions
 from hai_airflow.server.jobs.checkpoints import Checkpoint
 from hai_airflow.server.jobs.hints import failure_hint
@@ -97,7 +97,7 @@ class ExitRecorder:
             final = self.checkpoint_of(job.user_name, job.group_name, inst)
             hint = None
             if not ex.lost and ex.exit_code not in (0, None) and inst.stop_kind is None:
-                last = logs.read_tail(Path(inst.log_path), HINT_LOG_LINES, home=self.ctx.home)
+                last = log_files.read_tail(Path(inst.log_path), HINT_LOG_LINES, home=self.ctx.home)
                 hint = failure_hint(job.gpu_type, last)
         except Exception:
             log.exception(

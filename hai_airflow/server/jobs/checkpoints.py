@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from hai_airflow.backends.confine import open_beneath
+from hai_airflow.backends.common.confine import open_beneath
 
 MAX_DEPTH = 3
 

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import IO, TypeVar
 
-from hai_airflow.backends.jobuser import SYSTEM_PATH, JobUser
+from hai_airflow.backends.common.jobuser import SYSTEM_PATH, JobUser
 
 T = TypeVar("T")
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hai_airflow.backends.confine import PathRefused, PathRules, allowed_roots, confine, relative_problem
-from hai_airflow.backends.gitcode import is_remote, repository_problem
+from hai_airflow.backends.common.confine import (
+    PathRefused,
+    PathRules,
+    allowed_roots,
+    confine,
+    relative_problem,
+)
+from hai_airflow.backends.common.gitcode import is_remote, repository_problem
 from hai_airflow.server.config import ServerConfig, StorageConfig
 from hai_airflow.server.errors import ApiError
 from hai_airflow.server.jobs.auth import Caller

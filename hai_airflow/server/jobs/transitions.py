@@ -10,7 +10,7 @@ from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
 from hai_airflow import durations
-from hai_airflow.backends.base import Exit, Handle
+from hai_airflow.backends.common.base import Exit, Handle
 from hai_airflow.scheduling.model import Placement
 from hai_airflow.server.jobs.checkpoints import Checkpoint
 from hai_airflow.server.jobs.holds import hold_reason

@@ -18,8 +18,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from hai_airflow.backends.base import Handle
-from hai_airflow.backends.execs import Exec, ExecRefused, ExecRun
+from hai_airflow.backends.common.base import Handle
+from hai_airflow.backends.common.execs import Exec, ExecRefused, ExecRun
 from hai_airflow.endpoints import NDJSON
 from hai_airflow.server.api.budgets import budget_of
 from hai_airflow.server.api.exec_bulkhead import ExecSession, on_control, start

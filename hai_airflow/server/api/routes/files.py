@@ -17,10 +17,10 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select
 from starlette.types import Receive, Scope, Send
 
-from hai_airflow.backends.confine import open_beneath
-from hai_airflow.backends.execs import Exec
-from hai_airflow.backends.jobuser import JobUser
-from hai_airflow.backends.safefs import UnsafeFile
+from hai_airflow.backends.common.confine import open_beneath
+from hai_airflow.backends.common.execs import Exec
+from hai_airflow.backends.common.jobuser import JobUser
+from hai_airflow.backends.common.safefs import UnsafeFile
 from hai_airflow.endpoints import BYTES
 from hai_airflow.server.api.budgets import Claim, budget_of
 from hai_airflow.server.api.routes.depends import CallerDep, CtxDep, visible_job

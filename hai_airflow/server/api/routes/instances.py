@@ -14,10 +14,10 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from hai_airflow.backends import logs
-from hai_airflow.backends.base import Handle
-from hai_airflow.backends.live_logs import FanIn, LiveLogs, WorkerLog, read_workers
-from hai_airflow.backends.safefs import UnsafeFile
+from hai_airflow.backends.common import log_files
+from hai_airflow.backends.common.base import Handle
+from hai_airflow.backends.common.live_logs import FanIn, LiveLogs, WorkerLog, read_workers
+from hai_airflow.backends.common.safefs import UnsafeFile
 from hai_airflow.server.api.routes.depends import DB_RECHECK_SECONDS, CallerDep, CtxDep, visible_instance
 from hai_airflow.server.api.routes.served import served_backend
 from hai_airflow.server.errors import ApiError, ServerStopping
@@ -64,7 +64,7 @@ def instance_log(
             live = _follow_live(ctx, instance_id, workers, tail, backend, path)
             return StreamingResponse(live, media_type=TEXT)
         return PlainTextResponse(read_workers(workers, tail, backend.explain_log_error))
-    log = logs.LogCursor(path, ctx.home)
+    log = log_files.LogCursor(path, ctx.home)
     try:
         log.ready()
     except UnsafeFile as exc:
@@ -112,7 +112,7 @@ async def _follow_live(
     if ctx.stopping.is_set():
         raise ServerStopping(f"the server stopped while instance {instance_id}'s log was followed")
     if fan_in.unreadable:
-        async for text in _follow(ctx, instance_id, logs.LogCursor(path, ctx.home), 0):
+        async for text in _follow(ctx, instance_id, log_files.LogCursor(path, ctx.home), 0):
             yield text
 
 
@@ -134,7 +134,9 @@ def _refused(instance_id: int, exc: UnsafeFile) -> ApiError:
     )
 
 
-async def _follow(ctx: ServerContext, instance_id: int, log: logs.LogCursor, tail: int) -> AsyncIterator[str]:
+async def _follow(
+    ctx: ServerContext, instance_id: int, log: log_files.LogCursor, tail: int
+) -> AsyncIterator[str]:
     """The tail, then whatever is appended, until the instance has ended and the file is drained."""
 
     def ended() -> bool:

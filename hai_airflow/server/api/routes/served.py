@@ -8,7 +8,7 @@ import threading
 from fastapi import Request
 
 from hai_airflow.backends import load_backend
-from hai_airflow.backends.base import Backend
+from hai_airflow.backends.common.base import Backend
 from hai_airflow.server.process.context import ServerContext
 
 logger = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from hai_airflow.backends.base import Launch
-from hai_airflow.backends.confine import PathRefused, PathRules, confine, storage_problem
+from hai_airflow.backends.common.base import Launch
+from hai_airflow.backends.common.confine import PathRefused, PathRules, confine, storage_problem
 
 
 def launch_rules(launch: Launch, protected: Sequence[str] = ()) -> PathRules:

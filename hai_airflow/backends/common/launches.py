@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from hai_airflow.backends.base import Exit, Handle, Launch
+from hai_airflow.backends.common.base import Exit, Handle, Launch
 from hai_airflow.spec import DistributedJobSpec
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hai_airflow.backends.base import Launch, StartError
-from hai_airflow.backends.jobuser import JobUser
-from hai_airflow.backends.safefs import trusted_root, write_below
+from hai_airflow.backends.common.base import Launch, StartError
+from hai_airflow.backends.common.jobuser import JobUser
+from hai_airflow.backends.common.safefs import trusted_root, write_below
 
 VARIABLE = "HAI_TOKEN_FILE"
 """The variable naming the file; `hai` in the job reads its token there when HAI_TOKEN is unset."""

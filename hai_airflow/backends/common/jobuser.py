@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from hai_airflow.backends.base import Launch, StartError
+from hai_airflow.backends.common.base import Launch, StartError
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 JOB_LANG = "C.UTF-8"

@@ -21,19 +21,19 @@ from docker.models.containers import Container
 from docker.types import DeviceRequest
 from requests.exceptions import ConnectionError as RequestsConnectionError
 
-from hai_airflow.backends import docker_config as cfg
-from hai_airflow.backends import procs
-from hai_airflow.backends.base import BackendUnavailable, Exit, Handle, Launch, StartError
-from hai_airflow.backends.credential import write_credential
-from hai_airflow.backends.docker_logs import merge_lines
-from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
-from hai_airflow.backends.gitcode import CLONE_FAILED_EXIT, clone_argv
-from hai_airflow.backends.jobuser import SYSTEM_PATH, JobUser, job_account, job_user
-from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, read_handles
-from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
-from hai_airflow.backends.notice import write_notice
-from hai_airflow.backends.safefs import trusted_root, write_below
-from hai_airflow.backends.workerenv import WorkerSlot
+from hai_airflow.backends.common import procs
+from hai_airflow.backends.common.base import BackendUnavailable, Exit, Handle, Launch, StartError
+from hai_airflow.backends.common.credential import write_credential
+from hai_airflow.backends.common.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
+from hai_airflow.backends.common.gitcode import CLONE_FAILED_EXIT, clone_argv
+from hai_airflow.backends.common.jobuser import SYSTEM_PATH, JobUser, job_account, job_user
+from hai_airflow.backends.common.launches import WorkerEnd, gang_exit, handle_data, read_handles
+from hai_airflow.backends.common.live_logs import ServedLogs, WorkerLog
+from hai_airflow.backends.common.merged_logs import merge_lines
+from hai_airflow.backends.common.notice import write_notice
+from hai_airflow.backends.common.safefs import trusted_root, write_below
+from hai_airflow.backends.common.workerenv import WorkerSlot
+from hai_airflow.backends.docker import containers as cfg
 from hai_airflow.scheduling.model import Node
 
 log = logging.getLogger(__name__)

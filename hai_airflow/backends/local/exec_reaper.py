@@ -1,6 +1,6 @@
 """The exec reaper: runs one `hai exec` command as a child subreaper and kills all it leaves behind."""
 
-# Started by `execs.run_local` as `python -I -S exec_reaper.py`, as the server's user, in a session of
+# Started by `local.execs.run_local` as `python -I -S exec_reaper.py`, as the server's user, in a session of
 # its own, with its output pipe as stdout and stderr. Its request (the command's argv and environment,
 # the job's account, the server's pid, a pidfd of the worker's supervisor) comes as one JSON document on
 # stdin: the job's environment (LD_PRELOAD, PYTHON*) only ever reaches the command, never this
@@ -25,7 +25,7 @@ import select
 import sys
 
 if __package__:
-    from hai_airflow.backends.supervisor import become_subreaper, kill_tree, switch_account
+    from hai_airflow.backends.local.supervisor import become_subreaper, kill_tree, switch_account
 else:  # run as a script: -I leaves its directory off the path; appended, it cannot shadow the stdlib
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
     from supervisor import become_subreaper, kill_tree, switch_account  # type: ignore[no-redef]

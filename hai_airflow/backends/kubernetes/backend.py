@@ -20,14 +20,18 @@ from kubernetes.stream import stream
 from kubernetes.stream.ws_client import STDERR_CHANNEL, STDOUT_CHANNEL
 from kubernetes.utils.quantity import parse_quantity
 
-from hai_airflow.backends import k8s_manifests as m
-from hai_airflow.backends.base import BackendUnavailable, Exit, Handle, Launch, StartError
-from hai_airflow.backends.confine import make_beneath
-from hai_airflow.backends.docker_logs import merge, stamped_only
-from hai_airflow.backends.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
-from hai_airflow.backends.inventory import gpu_type
-from hai_airflow.backends.jobuser import JobUser, job_user
-from hai_airflow.backends.k8s_pods import (
+from hai_airflow.backends.common.base import BackendUnavailable, Exit, Handle, Launch, StartError
+from hai_airflow.backends.common.confine import make_beneath
+from hai_airflow.backends.common.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
+from hai_airflow.backends.common.inventory import gpu_type
+from hai_airflow.backends.common.jobuser import JobUser, job_user
+from hai_airflow.backends.common.launches import WorkerEnd, gang_exit, handle_data, read_handles
+from hai_airflow.backends.common.live_logs import ServedLogs, WorkerLog
+from hai_airflow.backends.common.merged_logs import merge, stamped_only
+from hai_airflow.backends.common.safefs import trusted_root, write_below
+from hai_airflow.backends.common.workerenv import per_gpu
+from hai_airflow.backends.kubernetes import manifests as m
+from hai_airflow.backends.kubernetes.pods import (
     BROKEN_AT_START,
     MpiJobEnd,
     PodState,
@@ -37,10 +41,6 @@ from hai_airflow.backends.k8s_pods import (
     pod_state,
     worker_end,
 )
-from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, read_handles
-from hai_airflow.backends.live_logs import ServedLogs, WorkerLog
-from hai_airflow.backends.safefs import trusted_root, write_below
-from hai_airflow.backends.workerenv import per_gpu
 from hai_airflow.scheduling.model import Node
 from hai_airflow.spec import canonical_gpu_type
 

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hai_airflow.backends.k8s_manifests import LABEL_INSTANCE, LABEL_WORKER, MAIN, MPI_ROLE_LABEL
-from hai_airflow.backends.launches import NO_CODE, WorkerEnd, exit_words
+from hai_airflow.backends.common.launches import NO_CODE, WorkerEnd, exit_words
+from hai_airflow.backends.kubernetes.manifests import LABEL_INSTANCE, LABEL_WORKER, MAIN, MPI_ROLE_LABEL
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 BROKEN_AT_START = frozenset({"InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"})

@@ -20,14 +20,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hai_airflow.backends import logs, procs
-from hai_airflow.backends.base import Exit, Handle, Launch, StartError
-from hai_airflow.backends.confine import PathRefused, confine
-from hai_airflow.backends.credential import credential_env, write_credential
-from hai_airflow.backends.execs import ExecRefused, ExecRun, LocalWorker, environ, run_local, worker_command
-from hai_airflow.backends.gitcode import clone_script
-from hai_airflow.backends.inventory import detect
-from hai_airflow.backends.jobuser import (
+from hai_airflow.backends.common import log_files, procs
+from hai_airflow.backends.common.base import Exit, Handle, Launch, StartError
+from hai_airflow.backends.common.confine import PathRefused, confine
+from hai_airflow.backends.common.credential import credential_env, write_credential
+from hai_airflow.backends.common.execs import ExecRefused, ExecRun
+from hai_airflow.backends.common.gitcode import clone_script
+from hai_airflow.backends.common.inventory import detect
+from hai_airflow.backends.common.jobuser import (
     JobUser,
     RunAs,
     base_env,
@@ -37,11 +37,9 @@ from hai_airflow.backends.jobuser import (
     open_job_log,
     server_user,
 )
-from hai_airflow.backends.launches import WorkerEnd, gang_exit, handle_data, image_of, read_handles
-from hai_airflow.backends.notice import write_notice
-from hai_airflow.backends.spawner import SPAWNER, Spawner
-from hai_airflow.backends.supervisor import CODE_DIR_VARIABLE, LOG_LIMIT_VARIABLE, RUN_AS_VARIABLE, kill_tree
-from hai_airflow.backends.workerenv import (
+from hai_airflow.backends.common.launches import WorkerEnd, gang_exit, handle_data, image_of, read_handles
+from hai_airflow.backends.common.notice import write_notice
+from hai_airflow.backends.common.workerenv import (
     MASTER_ADDR,
     Gang,
     WorkerSlot,
@@ -52,6 +50,14 @@ from hai_airflow.backends.workerenv import (
     per_gpu,
     worker_env,
     worker_slots,
+)
+from hai_airflow.backends.local.execs import LocalWorker, environ, run_local, worker_command
+from hai_airflow.backends.local.spawner import SPAWNER, Spawner
+from hai_airflow.backends.local.supervisor import (
+    CODE_DIR_VARIABLE,
+    LOG_LIMIT_VARIABLE,
+    RUN_AS_VARIABLE,
+    kill_tree,
 )
 from hai_airflow.scheduling.model import Node, WorkerPlacement
 from hai_airflow.spec import DistributedJobSpec
@@ -180,7 +186,7 @@ class _Instance:
 
 
 class LocalBackend:
-    """Runs instances as process groups on this machine; see `hai_airflow.backends.base.Backend`.
+    """Runs instances as process groups on this machine; see `hai_airflow.backends.common.base.Backend`.
 
     :param options: the backend's options (see `LocalOptions`).
     :param home: the platform home (`$HAI_HOME`); launches bring their own log and work paths.
@@ -349,7 +355,7 @@ class LocalBackend:
             time.sleep(0.02)
 
     def read_log(self, instance_id: int, tail: int = 0) -> str:
-        return logs.read_tail(self._instance(instance_id).log_path, tail, home=self.home)
+        return log_files.read_tail(self._instance(instance_id).log_path, tail, home=self.home)
 
     def follow_log(self, instance_id: int) -> Iterator[str]:
         inst = self._instance(instance_id)
@@ -358,7 +364,7 @@ class LocalBackend:
             self._sweep()
             return inst.ended
 
-        return logs.follow(inst.log_path, ended, self.options.watch_interval_seconds, home=self.home)
+        return log_files.follow(inst.log_path, ended, self.options.watch_interval_seconds, home=self.home)
 
     def account(self, owner: str) -> JobUser | None:
         return None if self.options.run_as is None else job_user(self.options.run_as, owner)

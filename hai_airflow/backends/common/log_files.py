@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from hai_airflow.backends.safefs import UnsafeFile, open_regular, trusted_root
+from hai_airflow.backends.common.safefs import UnsafeFile, open_regular, trusted_root
 
 BLOCK = 64 * 1024
 """How much one read takes: the memory a stream or a follow holds at a time."""

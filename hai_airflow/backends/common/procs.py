@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from hai_airflow.backends.safefs import open_regular, trusted_root
+from hai_airflow.backends.common.safefs import open_regular, trusted_root
 
 PROC = Path("/proc")
 EXIT_FILE_BYTES = 32

@@ -8,13 +8,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hai_airflow.backends.base import Launch, StartError
-from hai_airflow.backends.confine import PathRefused
-from hai_airflow.backends.credential import credential_env
-from hai_airflow.backends.jobuser import JobUser, RunAs, server_user
-from hai_airflow.backends.launches import image_of
-from hai_airflow.backends.mounts import launch_mounts
-from hai_airflow.backends.workerenv import (
+from hai_airflow.backends.common.base import Launch, StartError
+from hai_airflow.backends.common.confine import PathRefused
+from hai_airflow.backends.common.credential import credential_env
+from hai_airflow.backends.common.jobuser import JobUser, RunAs, server_user
+from hai_airflow.backends.common.launches import image_of
+from hai_airflow.backends.common.mounts import launch_mounts
+from hai_airflow.backends.common.workerenv import (
     Gang,
     WorkerSlot,
     host_ports,

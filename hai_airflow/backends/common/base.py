@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from hai_airflow.backends.confine import PathRules
-from hai_airflow.backends.gitcode import DEFAULT_SCHEMES
+from hai_airflow.backends.common.confine import PathRules
+from hai_airflow.backends.common.gitcode import DEFAULT_SCHEMES
 from hai_airflow.scheduling.model import Node, Placement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 

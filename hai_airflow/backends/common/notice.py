@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from hai_airflow.backends.safefs import trusted_root, write_below
+from hai_airflow.backends.common.safefs import trusted_root, write_below
 
 
 def write_notice(path: Path, instance_id: int, grace_seconds: int, home: Path | None) -> None:

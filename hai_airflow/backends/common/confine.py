@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from hai_airflow.backends.safefs import open_dir_below
+from hai_airflow.backends.common.safefs import open_dir_below
 
 NEVER_MOUNTABLE: tuple[str, ...] = (
     "/proc", "/sys", "/dev", "/etc", "/run", "/var/run", "/boot", "/root", "/bin", "/sbin", "/lib",

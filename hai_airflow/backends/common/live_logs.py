@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from hai_airflow.backends.base import Handle
-from hai_airflow.backends.docker_logs import MAX_PIECE, last_lines, merge_lines, worker_prefix
-from hai_airflow.backends.logs import read_tail
+from hai_airflow.backends.common.base import Handle
+from hai_airflow.backends.common.log_files import read_tail
+from hai_airflow.backends.common.merged_logs import MAX_PIECE, last_lines, merge_lines, worker_prefix
 
 QUEUE_CHUNKS = 64
 """Chunks a fan-in holds before its streams wait: a slow reader of the log slows them, not memory."""

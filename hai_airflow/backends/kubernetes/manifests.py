@@ -11,13 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hai_airflow.backends.base import Launch, StartError
-from hai_airflow.backends.confine import PathRefused, confine
-from hai_airflow.backends.credential import credential_env
-from hai_airflow.backends.jobuser import JobUser, RunAs
-from hai_airflow.backends.launches import image_of
-from hai_airflow.backends.mounts import job_paths, launch_rules
-from hai_airflow.backends.workerenv import (
+from hai_airflow.backends.common.base import Launch, StartError
+from hai_airflow.backends.common.confine import PathRefused, confine
+from hai_airflow.backends.common.credential import credential_env
+from hai_airflow.backends.common.jobuser import JobUser, RunAs
+from hai_airflow.backends.common.launches import image_of
+from hai_airflow.backends.common.mounts import job_paths, launch_rules
+from hai_airflow.backends.common.workerenv import (
     Gang,
     WorkerSlot,
     host_ports,
@@ -724,6 +724,6 @@ def rbac_yaml(namespace: str, service_account: str) -> str:
 if __name__ == "__main__":
     import sys
 
-    # python -m hai_airflow.backends.k8s_manifests NAMESPACE [SERVICE_ACCOUNT] | kubectl apply -f -
+    # python -m hai_airflow.backends.kubernetes.manifests NAMESPACE [SERVICE_ACCOUNT] | kubectl apply -f -
     ns = sys.argv[1] if len(sys.argv) > 1 else "default"
     sys.stdout.write(rbac_yaml(ns, sys.argv[2] if len(sys.argv) > 2 else "hai"))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hai_airflow.backends import ranks
+from hai_airflow.backends.common import ranks
 from hai_airflow.scheduling.model import Placement
 from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, StandaloneJobSpec
 

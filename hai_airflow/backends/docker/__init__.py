@@ -1,0 +1,1 @@
+"""The docker backend: one container per worker on one Docker engine."""

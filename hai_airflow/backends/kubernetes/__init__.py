@@ -1,0 +1,1 @@
+"""The kubernetes backend: pods per worker (or a Kubeflow MPIJob), followed with a watch."""
