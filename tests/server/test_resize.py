@@ -11,7 +11,7 @@ import pytest
 
 from hai_airflow.scheduling import resize
 from tests.server.conftest import Api
-from tests.server.test_controller import instances
+from tests.server.control.instances import instances
 
 INCLUDE = Path(__file__).resolve().parents[2] / "include"
 TRAINING = 240.0
