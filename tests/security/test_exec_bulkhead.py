@@ -26,7 +26,14 @@ OPEN_SECONDS = 15.0
 """How long opening one exec may take (its answer's headers): the bound of a frozen server's wait."""
 DEADLINE_SECONDS = 30.0
 HANGING = ["sleep", "90"]
-WORKER_ENDED = {"exit_code": 137, "reason": "killed: the task's worker ended"}
+WORKER_ENDED = "killed: the task's worker ended"
+KILLED_BY_A_SIGNAL = (128 + 9, 128 + 15)
+"""An exec ended with its worker is killed by a signal: SIGKILL mostly, SIGTERM in one run of a
+loaded machine's suite; the reason is what tells the user why."""
+
+
+def _ended_with_its_worker(last: dict[str, object]) -> bool:
+    return last["reason"] == WORKER_ENDED and last["exit_code"] in KILLED_BY_A_SIGNAL
 Answer = httpx.Response | httpx.HTTPError
 """An exec's answer once its headers came, or why none came in time."""
 
@@ -151,7 +158,8 @@ def test_a_users_exec_storm_stays_within_their_budget_and_leaves_others_untouche
             with server.client(TOKENS["admin"]) as admin:
                 admin.cancel(job)
             assert time.monotonic() - started < NEIGHBOUR_SECONDS
-            assert [_last_line(answer) for answer in others] == [WORKER_ENDED] * (limit - 1)
+            ends = [_last_line(answer) for answer in others]
+            assert len(ends) == limit - 1 and all(_ended_with_its_worker(end) for end in ends), ends
         alice.cancel(hers)
 
 
@@ -249,7 +257,7 @@ def test_what_an_exec_starts_in_a_session_of_its_own_dies_with_the_exec_and_the_
                 daemon = _daemon_pid(marks / "cancel")
                 assert _is_daemon(daemon, 2994)
                 bob.cancel(job)
-                assert _last_line(answer) == WORKER_ENDED
+                assert _ended_with_its_worker(_last_line(answer))
                 _gone(daemon, 2994, "the job's cancel")
             _until(lambda: _of_job(server, job) == [], f"processes of job {job} outlived it")
     finally:
