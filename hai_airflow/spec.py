@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any, Final, Literal, get_args
 
 from pydantic import (
@@ -62,6 +64,42 @@ EndReason = Literal[
     "completed", "failed", "preempted", "resized", "cancelled", "lost", "suspended", "timeout"
 ]
 PriorityClass = Literal["high", "low"]
+
+
+class StopKind(StrEnum):
+    """Why the controller asked an instance to stop; stored as its value on the instance."""
+
+    PREEMPT = "preempt"
+    """Suspended for a high-priority job."""
+    RESIZE = "resize"
+    """Restarted at another number of workers."""
+    HOLD = "hold"
+    """Suspended by an admin."""
+    TIMEOUT = "timeout"
+    """Its time limit is used up."""
+    CANCEL = "cancel"
+    """Cancelled: it is not coming back."""
+
+
+@dataclass(frozen=True)
+class StopOrder:
+    """What the backend is told when an instance is stopped."""
+
+    grace_seconds: int
+    """Seconds from now until the kill."""
+    notice: bool
+    """Whether the notice file is written (before SIGTERM) so the job saves and exits."""
+
+
+def stop_order(
+    kind: StopKind, elastic: bool, grace_seconds: int, asked_at: float | None, now: float
+) -> StopOrder:
+    """The one rule for a stop, the same when it is asked and when a restarted server asks again:
+    only an elastic job gets the notice (a job that is not elastic is killed, with SIGTERM first when
+    it has a grace), never on a cancel; the grace is the one granted at `asked_at`, less what has
+    passed since (none when the time it was asked is unknown)."""
+    left = 0.0 if asked_at is None else grace_seconds - (now - asked_at)
+    return StopOrder(max(0, int(left)), elastic and kind is not StopKind.CANCEL)
 
 
 def canonical_gpu_type(name: str) -> str:

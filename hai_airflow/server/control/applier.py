@@ -25,7 +25,7 @@ from hai_airflow.server.jobs.snapshot import WAITING, StoreView
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store import clock, in_lists, lease, tokens
 from hai_airflow.server.store.tables import InstanceRow, JobRow
-from hai_airflow.spec import JobState
+from hai_airflow.spec import JobState, StopKind, stop_order
 
 log = logging.getLogger("hai.server.controller")
 LOCAL_BACKEND = "local"
@@ -111,11 +111,11 @@ class PlanApplier:
                 changed = True
             elif row.cancel_requested and running and inst is not None:
                 reason = f"cancel asked by {row.cancel_by}"
-                self._stop(row, inst, "cancel", CANCEL_GRACE_SECONDS, False, reason)
+                self._stop(row, inst, StopKind.CANCEL, CANCEL_GRACE_SECONDS, False, reason)
                 changed = True
             elif not row.cancel_requested and row.held and running and inst is not None:
                 spec = parse_spec(row)
-                self._stop(row, inst, "hold", self._grace(spec), spec.elastic, held_by(row))
+                self._stop(row, inst, StopKind.HOLD, self._grace(spec), spec.elastic, held_by(row))
                 changed = True
         if changed:
             self.ctx.changed.notify()
@@ -134,7 +134,7 @@ class PlanApplier:
             if row.state == JobState.RUNNING and inst is not None and inst.handle and inst.stop_kind is None:
                 spec = parse_spec(row)
                 reason = f"reached its time limit of {durations.text(limit)}"
-                self._stop(row, inst, "timeout", self._grace(spec), spec.elastic, reason)
+                self._stop(row, inst, StopKind.TIMEOUT, self._grace(spec), spec.elastic, reason)
                 changed = True
             elif row.state == JobState.SUSPENDED:
                 with self.write() as s:
@@ -176,19 +176,22 @@ class PlanApplier:
         self,
         row: KeptJob,
         inst: KeptInstance,
-        kind: str,
+        kind: StopKind,
         grace: int,
-        notice: bool,
+        elastic: bool,
         reason: str,
         preemptor: int | None = None,
     ) -> None:
-        """Record the stop request, then ask the backend (re-asked after a restart if we die between)."""
+        """Record the stop request, then ask the backend as `stop_order` says (asked again the same way
+        after a restart if we die between)."""
         with self.write() as s:
             job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
             if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
                 return
-            transitions.stopping(s, job, fresh, kind, grace, reason, clock.now(), preemptor)
-        self.backend.stop(inst.id, grace, notice)
+            now = clock.now()
+            transitions.stopping(s, job, fresh, kind, grace, reason, now, preemptor)
+        order = stop_order(kind, elastic, grace, now, now)
+        self.backend.stop(inst.id, order.grace_seconds, order.notice)
 
     # ---- a plan -------------------------------------------------------------------------------
 
@@ -236,7 +239,7 @@ class PlanApplier:
         if row is None or inst is None or row.state != JobState.RUNNING or not inst.handle or inst.stop_kind:
             return
         spec = parse_spec(row)
-        self._stop(row, inst, "preempt", self._grace(spec), spec.elastic, d.reason, d.preemptor_id)
+        self._stop(row, inst, StopKind.PREEMPT, self._grace(spec), spec.elastic, d.reason, d.preemptor_id)
         log.info("suspending job %d for job %d", d.job_id, d.preemptor_id)
 
     def _resize(self, view: StoreView, d: Shrink | Grow) -> None:
@@ -245,13 +248,16 @@ class PlanApplier:
         row, inst = view.jobs.get(d.job_id), view.current.get(d.job_id)
         if row is None or inst is None or row.state != JobState.RUNNING or not inst.handle or inst.stop_kind:
             return
-        grace = self._grace(parse_spec(row))
+        spec = parse_spec(row)
+        grace = self._grace(spec)
         with self.write() as s:
             job, fresh = s.get(JobRow, row.id), s.get(InstanceRow, inst.id)
             if job is None or fresh is None or fresh.ended_at is not None or fresh.stop_kind is not None:
                 return
-            transitions.resize(s, job, fresh, d.to, d.placement, grace, d.reason, clock.now())
-        self.backend.stop(inst.id, grace, True)
+            now = clock.now()
+            transitions.resize(s, job, fresh, d.to, d.placement, grace, d.reason, now)
+        order = stop_order(StopKind.RESIZE, spec.elastic, grace, now, now)
+        self.backend.stop(inst.id, order.grace_seconds, order.notice)
         preemptor = f" for job {d.preemptor_id}" if isinstance(d, Shrink) else ""
         log.info("resizing job %d to %d workers%s", d.job_id, d.to, preemptor)
 

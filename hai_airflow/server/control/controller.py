@@ -26,7 +26,8 @@ from hai_airflow.server.jobs.snapshot import StoreView
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store import clock, lease
 from hai_airflow.server.store.outage import STORE_UNAVAILABLE, Outage
-from hai_airflow.server.store.tables import InstanceRow
+from hai_airflow.server.store.tables import InstanceRow, JobRow
+from hai_airflow.spec import stop_order
 
 log = logging.getLogger("hai.server.controller")
 
@@ -248,14 +249,19 @@ class Controller:
         # With the exits still unwritten, as a step does: each keeps its count of failed writes.
         self.exits.take(lost)
         gone = {e.instance_id for e in lost}
-        for i in live:
-            # A stop asked for before the restart is asked again: the old controller may have died first.
-            if i.handle and i.stop_kind and i.id not in gone:
-                left = (
-                    0
-                    if i.stop_requested_at is None
-                    else i.grace_seconds - (clock.now() - i.stop_requested_at)
-                )
-                notice = i.stop_kind in ("preempt", "resize", "hold", "timeout") and i.grace_seconds > 0
-                self.backend.stop(i.id, max(0, int(left)), notice)
+        self._stop_again([i for i in live if i.handle and i.stop_kind and i.id not in gone])
         log.info("re-attached %d instance(s), %d lost", adopted, len(lost))
+
+    def _stop_again(self, stopping: list[InstanceRow]) -> None:
+        """Ask again for the stops asked before the restart (the old controller may have died first),
+        as `stop_order` says: the notice only to an elastic job, with what is left of the grace."""
+        if not stopping:
+            return
+        with self.ctx.store.read() as s:
+            ids = {i.job_id for i in stopping}
+            elastic = dict(s.execute(select(JobRow.id, JobRow.elastic).where(JobRow.id.in_(ids))).all())
+        now = clock.now()
+        for i in stopping:
+            assert i.stop_kind is not None
+            order = stop_order(i.stop_kind, elastic[i.job_id], i.grace_seconds, i.stop_requested_at, now)
+            self.backend.stop(i.id, order.grace_seconds, order.notice)

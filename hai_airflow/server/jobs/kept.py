@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from hai_airflow.server.store.tables import InstanceRow, JobRow, time_run
-from hai_airflow.spec import JobState
+from hai_airflow.spec import JobState, StopKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +24,7 @@ class KeptInstance:
     """The workers' nodes and GPUs as JSON (`snapshot.placement_from_json`)."""
     handle: str | None
     """The backend's handle as JSON; None until the backend has started it."""
-    stop_kind: str | None
+    stop_kind: StopKind | None
     """Why the controller asked it to stop; None while it is not being stopped."""
 
 

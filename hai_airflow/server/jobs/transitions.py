@@ -17,7 +17,7 @@ from hai_airflow.server.jobs.holds import hold_reason
 from hai_airflow.server.jobs.snapshot import WAITING, placement_to_json
 from hai_airflow.server.store import changes, in_lists
 from hai_airflow.server.store.tables import EventRow, InstanceRow, JobRow, ReservationRow
-from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState
+from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState, StopKind
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 
 CONTROLLER = "controller"
@@ -91,7 +91,7 @@ def resize(
     and the stop with the notice (it saves, exits, and is started again on them), in one write."""
     job.size = to
     reserve(s, job.id, placement, now)
-    stopping(s, job, inst, "resize", grace, reason, now)
+    stopping(s, job, inst, StopKind.RESIZE, grace, reason, now)
 
 
 def reserve(s: Session, job_id: int, placement: Placement, now: float) -> None:
@@ -176,7 +176,7 @@ def stopping(
     s: Session,
     job: JobRow,
     inst: InstanceRow,
-    kind: str,
+    kind: StopKind,
     grace: int,
     reason: str,
     now: float,
@@ -186,9 +186,9 @@ def stopping(
     timeout. A job cancelled or out of time stays RUNNING until its instance ends: it is not coming back."""
     inst.stop_kind, inst.stop_requested_at, inst.grace_seconds = kind, now, grace
     inst.preempted_by = preemptor
-    if kind in ("cancel", "timeout"):
+    if kind in (StopKind.CANCEL, StopKind.TIMEOUT):
         event(s, job, "stopping", reason, now)
-    elif kind == "resize":
+    elif kind is StopKind.RESIZE:
         move(s, job, JobState.SUSPENDING, "resizing", reason, now)
     else:
         move(s, job, JobState.SUSPENDING, "suspending", reason, now)
@@ -206,12 +206,12 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
     """How an instance's end moves its job. A stop the controller asked for wins over the exit code:
     an exit during the grace period is a clean suspension, not a failure."""
     code = "no exit code" if ex.exit_code is None else f"exit code {ex.exit_code}"
-    if job.cancel_requested or inst.stop_kind == "cancel":
+    if job.cancel_requested or inst.stop_kind == StopKind.CANCEL:
         by = job.cancel_by or "an admin"
         return Outcome("cancelled", JobState.CANCELLED, "cancelled", f"cancelled by {by}")
-    if inst.stop_kind == "timeout" and ex.exit_code != 0:
+    if inst.stop_kind == StopKind.TIMEOUT and ex.exit_code != 0:
         return Outcome("timeout", JobState.TIMEOUT, "timeout", timed_out(job))
-    if inst.stop_kind == "preempt":
+    if inst.stop_kind == StopKind.PREEMPT:
         by = f"job {inst.preempted_by}" if inst.preempted_by else "a high-priority job"
         return Outcome(
             "preempted",
@@ -219,7 +219,7 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
             "suspended",
             f"preempted by {by}; resumes from its latest checkpoint when GPUs free up",
         )
-    if inst.stop_kind == "resize":
+    if inst.stop_kind == StopKind.RESIZE:
         return Outcome(
             "resized",
             JobState.SUSPENDED,
@@ -227,7 +227,7 @@ def exit_outcome(job: JobRow, inst: InstanceRow, ex: Exit, hint: str | None = No
             f"saved to restart at {job.current_workers} of its {job.workers} workers; it resumes from "
             "that checkpoint on GPUs held for it",
         )
-    if inst.stop_kind == "hold":
+    if inst.stop_kind == StopKind.HOLD:
         return Outcome(
             "suspended",
             JobState.SUSPENDED,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     BigInteger,
@@ -20,30 +21,39 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from hai_airflow.spec import JobState
+from hai_airflow.spec import JobState, StopKind
 
-_STATES: dict[str, JobState] = {s.value: s for s in JobState}
+W = TypeVar("W", bound=StrEnum)
 
 
-class StateColumn(TypeDecorator[JobState]):
-    """A `JobState` stored as its name in a plain VARCHAR (no database enum type to migrate); a value
-    that is not a state is refused on the way in and on the way out."""
+class WordColumn(TypeDecorator[W]):
+    """A word of a closed set (`JobState`, `StopKind`) stored as its value in a plain VARCHAR (no
+    database enum type to migrate); a value that is not one of them is refused on the way in and on
+    the way out."""
 
     impl = String(20)
     cache_ok = True
 
+    def __init__(self, words: type[W], what: str) -> None:
+        super().__init__()
+        self.words, self.what = words, what
+        self._by_value: dict[str, W] = {w.value: w for w in words}
+
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        return None if value is None else _state(value).value
+        return None if value is None else self.word(value).value
 
-    def process_result_value(self, value: Any, dialect: Dialect) -> JobState | None:
-        return None if value is None else _state(value)
+    def process_result_value(self, value: Any, dialect: Dialect) -> W | None:
+        return None if value is None else self.word(value)
+
+    def word(self, value: str) -> W:
+        word = self._by_value.get(value)
+        if word is None:
+            raise ValueError(f"{value!r} is not a {self.what}; one of {', '.join(self._by_value)}")
+        return word
 
 
-def _state(value: str) -> JobState:
-    state = _STATES.get(value)
-    if state is None:
-        raise ValueError(f"{value!r} is not a job state; one of {', '.join(_STATES)}")
-    return state
+STATE: WordColumn[JobState] = WordColumn(JobState, "job state")
+"""A job's state, as its name."""
 
 
 class Base(DeclarativeBase):
@@ -113,7 +123,7 @@ class JobRow(Base):
     mode: Mapped[str] = mapped_column(String(20))
     user_name: Mapped[str] = mapped_column(String(200))
     group_name: Mapped[str] = mapped_column(String(200))
-    state: Mapped[JobState] = mapped_column(StateColumn)
+    state: Mapped[JobState] = mapped_column(STATE)
     max_schedule: Mapped[int] = mapped_column(Integer, default=0)
     spec: Mapped[str] = mapped_column(Text)
     """The submitted spec as JSON."""
@@ -216,8 +226,8 @@ class InstanceRow(Base):
     log_path: Mapped[str] = mapped_column(Text)
     work_dir: Mapped[str] = mapped_column(Text)
     model_dir: Mapped[str] = mapped_column(Text)
-    stop_kind: Mapped[str | None] = mapped_column(String(20))
-    """Why the controller asked it to stop: preempt, hold, cancel or timeout."""
+    stop_kind: Mapped[StopKind | None] = mapped_column(WordColumn(StopKind, "stop kind"))
+    """Why the controller asked it to stop; None while it is not being stopped."""
     stop_requested_at: Mapped[float | None] = mapped_column(Float)
     grace_seconds: Mapped[int] = mapped_column(Integer, default=0)
     controller: Mapped[str | None] = mapped_column(String(250))
@@ -237,8 +247,8 @@ class EventRow(Base):
     job_id: Mapped[int] = mapped_column(Integer, ForeignKey("jobs.id"))
     at: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(40))
-    from_state: Mapped[JobState | None] = mapped_column(StateColumn)
-    to_state: Mapped[JobState | None] = mapped_column(StateColumn)
+    from_state: Mapped[JobState | None] = mapped_column(STATE)
+    to_state: Mapped[JobState | None] = mapped_column(STATE)
     reason: Mapped[str] = mapped_column(Text, default="")
     actor: Mapped[str] = mapped_column(String(250), default="controller")
 
