@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hai_airflow.vocabulary import JobState
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime, timezone
@@ -150,15 +152,15 @@ def error_line(message: str) -> str:
 
 
 STATE_STYLES: dict[str, str] = {
-    "PENDING": "yellow",
-    "STARTING": "cyan",
-    "RUNNING": "green",
-    "SUSPENDING": "magenta",
-    "SUSPENDED": "magenta",
-    "SUCCEEDED": "bold green",
-    "FAILED": "bold red",
-    "CANCELLED": "dim",
-    "TIMEOUT": "red",
+    JobState.PENDING: "yellow",
+    JobState.STARTING: "cyan",
+    JobState.RUNNING: "green",
+    JobState.SUSPENDING: "magenta",
+    JobState.SUSPENDED: "magenta",
+    JobState.SUCCEEDED: "bold green",
+    JobState.FAILED: "bold red",
+    JobState.CANCELLED: "dim",
+    JobState.TIMEOUT: "red",
 }
 """Colours of job states in tables on a terminal (never when piped, never with NO_COLOR)."""
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from hai_airflow import api_routes, arrays
 from hai_airflow.cli import columns, flagtable, jobfields, listing
-from hai_airflow.vocabulary import TERMINAL_STATES
+from hai_airflow.vocabulary import TERMINAL_STATES, JobState
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -354,7 +354,7 @@ def await_task(job_id: int, target: str | None, deadline: float) -> columns.Outc
             return columns.Outcome(job, reached=True)
         if job.state in TERMINAL_STATES:
             passed = any(e.to_state == target for e in job.get("events", ()))
-            reached = job.state == "SUCCEEDED" if target is None else passed
+            reached = job.state == JobState.SUCCEEDED if target is None else passed
             return columns.Outcome(job, reached=reached)
         remaining = deadline - time.monotonic()
         if remaining <= 0:

@@ -12,6 +12,7 @@ from hai_airflow import durations
 from hai_airflow.cli.connection import ServerFlags, connect
 from hai_airflow.cli.flags import choice, completes, with_flags
 from hai_airflow.cli.output import Column, OutputFlags, duration, emit
+from hai_airflow.vocabulary import JobState
 
 if TYPE_CHECKING:
     from hai_airflow.spec import UsageView
@@ -43,7 +44,12 @@ def hours(value: float) -> str:
 
 def ended(u: UsageView) -> str | None:
     """`3 ok, 1 failed, 1 timeout`: the final states of the jobs that ended in the window."""
-    words = {"SUCCEEDED": "ok", "FAILED": "failed", "CANCELLED": "cancelled", "TIMEOUT": "timeout"}
+    words: dict[str, str] = {
+        JobState.SUCCEEDED: "ok",
+        JobState.FAILED: "failed",
+        JobState.CANCELLED: "cancelled",
+        JobState.TIMEOUT: "timeout",
+    }
     return ", ".join(f"{n} {words.get(state, state.lower())}" for state, n in u.ended.items()) or None
 
 
