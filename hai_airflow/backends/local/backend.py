@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -85,6 +85,11 @@ class LocalOptions(BaseModel):
         description="Image name -> a virtual environment whose bin/ goes first on PATH; "
         "images not listed are only recorded.",
     )
+    unlisted_images: Literal["note", "refuse"] = Field(
+        default="note",
+        description='A job naming an image not listed in `images` runs with the server\'s Python: "note" '
+        'records that in the task at start; "refuse" refuses the submit (HTTP 422) instead.',
+    )
     nvidia_smi: str = Field(default="nvidia-smi", description="The nvidia-smi command used by inventory().")
     failure_grace_seconds: float = Field(
         default=2.0,
@@ -129,6 +134,12 @@ class LocalOptions(BaseModel):
                 "remove launcher from [backend.options]"
             )
         return data
+
+
+def unlisted_images(options: LocalOptions, images: Iterable[str | None]) -> list[str]:
+    """The images a job names that the local backend has no environment for (`local`, the spec's
+    default, names none), sorted."""
+    return sorted({i for i in images if i} - {"local"} - set(options.images))
 
 
 @dataclass

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow import arrays
 from hai_airflow import labels as label_rules
+from hai_airflow.backends.local.backend import LocalOptions, unlisted_images
 from hai_airflow.scheduling.model import WAITING, Quota
 from hai_airflow.scheduling.quota import QuotaVerdict, judge
 from hai_airflow.server.control.admission import AnySpec, parse_spec
@@ -134,6 +135,26 @@ def check_references(
             field="spec.code_path",
             fix="Point --code-path at the directory holding the training code",
         )
+    if ctx.config.server.backend == "local":
+        _refuse_unlisted_images(ctx, spec)
+
+
+def _refuse_unlisted_images(ctx: ServerContext, spec: AnySpec) -> None:
+    """With `[backend] unlisted_images = "refuse"`, a local job naming an image it runs without is refused."""
+    options = LocalOptions.model_validate(ctx.config.backend)
+    if options.unlisted_images != "refuse":
+        return
+    for field in ("image", "worker_image"):
+        if unlisted := unlisted_images(options, [getattr(spec, field, None)]):
+            known = ", ".join(sorted(options.images)) or "none"
+            raise ApiError(
+                422,
+                f"image {unlisted[0]} is not available: the local backend runs jobs on the server's machine "
+                f"and this server refuses images it has no environment for (images it has: {known})",
+                field=f"spec.{field}",
+                fix="Leave out --image (and --worker-image) to run with the server's Python, or ask the "
+                "admin to list the image under [backend] images",
+            )
 
 
 def _counted() -> ColumnElement[bool]:
