@@ -27,8 +27,13 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from hai_airflow import labels as label_rules
+from hai_airflow.vocabulary import LIVE as LIVE
 from hai_airflow.vocabulary import MAX_SCHEDULE_CHOICES, PROCESSES_HELP, JobState, MaxScheduleHours, Processes
+from hai_airflow.vocabulary import PLACED as PLACED
 from hai_airflow.vocabulary import TERMINAL_STATES as TERMINAL_STATES
+from hai_airflow.vocabulary import UNFINISHED as UNFINISHED
+from hai_airflow.vocabulary import UNSUCCESSFUL as UNSUCCESSFUL
+from hai_airflow.vocabulary import WAITING as WAITING
 
 HighMaxScheduleHours = Literal[4, 6, 8, 24, 48]
 """The `max_schedule` values of high priority, what a promotion asks for."""
@@ -39,7 +44,9 @@ Role = Literal["user", "group_admin", "platform_admin"]
 
 MOVES: dict[tuple[JobState, JobState], str] = {
     (JobState.PENDING, JobState.STARTING): "the scheduler admits it; a new instance is claimed",
-    (JobState.SUSPENDED, JobState.STARTING): "the scheduler admits it again; a new instance resumes it",
+    (JobState.SUSPENDED, JobState.STARTING): (
+        "the scheduler admits it again (a resized job at its new size); a new instance resumes it"
+    ),
     (JobState.PENDING, JobState.FAILED): "rejected: it cannot run on this cluster",
     (JobState.SUSPENDED, JobState.FAILED): "rejected: it can no longer run on this cluster",
     (JobState.PENDING, JobState.CANCELLED): "cancelled while waiting",
@@ -48,18 +55,36 @@ MOVES: dict[tuple[JobState, JobState], str] = {
     (JobState.STARTING, JobState.FAILED): "the start failed (a missing image, a path that went bad)",
     (JobState.STARTING, JobState.SUSPENDED): "the instance was lost before it ran (a server restart)",
     (JobState.STARTING, JobState.CANCELLED): "the instance was lost before it ran, and a cancel was asked",
-    (JobState.RUNNING, JobState.SUSPENDING): "preempted for a high-priority job, or suspended by an admin",
+    (JobState.RUNNING, JobState.SUSPENDING): (
+        "preempted for a high-priority job, suspended by an admin, or resized (told to save, to restart "
+        "at another number of workers)"
+    ),
     (JobState.RUNNING, JobState.SUCCEEDED): "exit code 0",
     (JobState.RUNNING, JobState.FAILED): "any other exit code, or killed by a signal",
     (JobState.RUNNING, JobState.CANCELLED): "cancelled while running (the instance is stopped first)",
     (JobState.RUNNING, JobState.SUSPENDED): "exit code 75 unasked (saved, resume me), or a lost instance",
-    (JobState.SUSPENDING, JobState.SUSPENDED): "the instance ended, whatever its exit code",
+    (JobState.SUSPENDING, JobState.SUSPENDED): (
+        "the instance ended, whatever its exit code (a resized job waits on the GPUs held for its new size)"
+    ),
     (JobState.SUSPENDING, JobState.CANCELLED): "cancelled while being suspended",
-    (JobState.RUNNING, JobState.TIMEOUT): "it reached its time limit (stopped with the notice and its grace)",
+    (JobState.RUNNING, JobState.TIMEOUT): "it reached its time limit (stopped as a preemption stops it)",
     (JobState.SUSPENDED, JobState.TIMEOUT): "it reached its time limit while being suspended",
 }
-"""Every legal move of a job's state (from, to) and when it happens; `transitions.move` refuses any
-other. A job is stored PENDING; SUCCEEDED, FAILED, CANCELLED and TIMEOUT are final."""
+"""Every legal move of a job's state (from, to) and when it happens; `checked_move` refuses any other,
+for the server (`transitions.move`) and the simulator alike. A job is stored PENDING; SUCCEEDED,
+FAILED, CANCELLED and TIMEOUT are final."""
+
+
+class IllegalMove(RuntimeError):
+    """A state change that `MOVES` does not list: a bug in its caller, never made."""
+
+
+def checked_move(job_id: int, from_state: JobState, to_state: JobState, kind: str) -> JobState:
+    """`to_state`, when `MOVES` lists the move from `from_state`; IllegalMove otherwise."""
+    if (from_state, to_state) not in MOVES:
+        raise IllegalMove(f"job {job_id}: {from_state} -> {to_state} ({kind}) is not a legal move")
+    return to_state
+
 EndReason = Literal[
     "completed", "failed", "preempted", "resized", "cancelled", "lost", "suspended", "timeout"
 ]

@@ -25,9 +25,21 @@ class JobState(StrEnum):
     TIMEOUT = "TIMEOUT"
 
 
+# The groups of states the code asks about, each stated once here beside the states.
 TERMINAL_STATES: frozenset[JobState] = frozenset(
     {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT}
 )
+"""Final: the job has ended and never moves again."""
+UNFINISHED: frozenset[JobState] = frozenset(JobState) - TERMINAL_STATES
+"""Not ended yet: waiting, placed or being suspended."""
+WAITING: frozenset[JobState] = frozenset({JobState.PENDING, JobState.SUSPENDED})
+"""In the queue, for the planner to admit: not holding GPUs."""
+PLACED: frozenset[JobState] = frozenset({JobState.STARTING, JobState.RUNNING, JobState.SUSPENDING})
+"""Holding GPUs on its placement: an instance is starting, running or being stopped."""
+LIVE: frozenset[JobState] = frozenset({JobState.RUNNING, JobState.SUSPENDING})
+"""Its instance runs (started by the backend, not yet ended): it may write checkpoints."""
+UNSUCCESSFUL: frozenset[JobState] = TERMINAL_STATES - {JobState.SUCCEEDED}
+"""Ended without success: failed, cancelled or out of time."""
 
 Processes = Literal["per-gpu", "per-worker"]
 PROCESSES_HELP = (

@@ -13,9 +13,12 @@ from hai_airflow.dashboard.svg import Bar, NodeGrid, Timeline, job_timeline, nod
 from hai_airflow.jobfile import job_file
 from hai_airflow.scheduling.eta import start_estimate
 from hai_airflow.spec import (
+    PLACED,
     TERMINAL_STATES,
+    UNFINISHED,
     InstanceView,
     JobDetailView,
+    JobState,
     JobView,
     QueueEntryView,
     QuotaView,
@@ -23,10 +26,16 @@ from hai_airflow.spec import (
     UsageView,
 )
 
-UNFINISHED = "PENDING,STARTING,RUNNING,SUSPENDING,SUSPENDED"
+
+def _states(group: frozenset[JobState]) -> str:
+    """The `state` filter of the jobs list for a group of states, in the order of `JobState`."""
+    return ",".join(s.value for s in JobState if s in group)
+
+
+SHOWN_UNFINISHED = _states(UNFINISHED)
 LIST_PAGE = 50
 """Tasks on one page of the task list."""
-ACTIVE = "STARTING,RUNNING,SUSPENDING"
+ACTIVE = _states(PLACED)
 LOG_TAIL_LINES = 200
 
 
@@ -146,7 +155,7 @@ async def queue_page(client: AsyncHaiClient) -> QueuePage:
 
 async def quota_page(client: AsyncHaiClient) -> QuotaPage:
     unfinished, quotas, me = await asyncio.gather(
-        client.jobs(all=True, state=UNFINISHED), client.quotas(), client.quota()
+        client.jobs(all=True, state=SHOWN_UNFINISHED), client.quotas(), client.quota()
     )
     high = [j for j in unfinished if j.priority == "high"]
     groups = []
@@ -166,7 +175,7 @@ async def quota_page(client: AsyncHaiClient) -> QuotaPage:
 
 
 async def nodes_page(client: AsyncHaiClient) -> NodesPage:
-    nodes, unfinished = await asyncio.gather(client.nodes(), client.jobs(all=True, state=UNFINISHED))
+    nodes, unfinished = await asyncio.gather(client.nodes(), client.jobs(all=True, state=SHOWN_UNFINISHED))
     grids = tuple(node_grid(n) for n in sorted(nodes, key=lambda n: n.name))
     return NodesPage(grids, {j.id: j for j in unfinished})
 

@@ -10,7 +10,6 @@ from hai_airflow.scheduling.guard import Guard, fits_with_guard_nodes, node_list
 from hai_airflow.scheduling.layout import Layout
 from hai_airflow.scheduling.memo import CycleMemo, ShapeSeen, WaitReason, WaitSeen
 from hai_airflow.scheduling.model import (
-    PLACED,
     Admit,
     Decision,
     Grow,
@@ -32,7 +31,7 @@ from hai_airflow.scheduling.quota import count_high, headroom, over_quota
 from hai_airflow.scheduling.resize import Cut, describe_resize, find_cut, growth, resizing
 from hai_airflow.scheduling.usage import Usage
 from hai_airflow.scheduling.victims import VictimCandidates, find_victims
-from hai_airflow.spec import JobState
+from hai_airflow.spec import LIVE, PLACED, JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +388,6 @@ def waiting_for(holders: list[Job]) -> str:
     plural = "s" if len(holders) > 1 else ""
     if all(h.resizable and h.workers < len(h.placement) for h in holders):
         return f"waiting for job{plural} {ids} to shrink"
-    suspending = all(h.state in (JobState.SUSPENDING, JobState.RUNNING) and not h.high for h in holders)
+    suspending = all(h.state in LIVE and not h.high for h in holders)
     verb = "suspend" if suspending else "release its GPUs" if len(holders) == 1 else "release their GPUs"
     return f"waiting for job{plural} {ids} to {verb}"

@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from hai_airflow.scheduling.fairshare import FairShare
+from hai_airflow.spec import PLACED as PLACED  # the state groups live beside JobState, in spec
+from hai_airflow.spec import WAITING as WAITING
 from hai_airflow.spec import JobState, PriorityClass, holds_high_priority, priority_class
-
-WAITING: frozenset[str] = frozenset({JobState.PENDING, JobState.SUSPENDED})
-PLACED: frozenset[str] = frozenset({JobState.STARTING, JobState.RUNNING, JobState.SUSPENDING})
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from itertools import repeat
 
 from hai_airflow.scheduling.cycle import Cycle
-from hai_airflow.scheduling.model import WAITING, Decision, Snapshot
+from hai_airflow.scheduling.model import Decision, Snapshot
 from hai_airflow.scheduling.policies import POLICIES
 from hai_airflow.scheduling.resize import can_grow
 from hai_airflow.scheduling.usage import Usage
-from hai_airflow.spec import JobState
+from hai_airflow.spec import WAITING, JobState
 
 
 def plan(snapshot: Snapshot, now: float, usage: Usage | None = None) -> list[Decision]:

@@ -9,11 +9,11 @@ from itertools import islice
 
 from hai_airflow.scheduling.capacity import FreeCapacity
 from hai_airflow.scheduling.cycle import honoured, set_aside
-from hai_airflow.scheduling.model import WAITING, Decision, Job, Wait
+from hai_airflow.scheduling.model import Decision, Job, Wait
 from hai_airflow.scheduling.placement import never_fits, place
 from hai_airflow.scheduling.policies import POLICIES
 from hai_airflow.scheduling.state import ClusterState
-from hai_airflow.spec import JobState
+from hai_airflow.spec import WAITING, JobState
 
 REPLAN_SECONDS = 10.0
 """A settled cluster is planned again at least this often, for what time alone moves: the order of

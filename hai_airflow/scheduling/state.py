@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 
 from hai_airflow.scheduling.fairshare import FairShare
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import PLACED, Job, Node, Quota, Reservation, Snapshot
+from hai_airflow.scheduling.model import Job, Node, Quota, Reservation, Snapshot
 from hai_airflow.scheduling.usage import Usage
+from hai_airflow.spec import PLACED
 
 ARRIVALS_KEPT = 4096
 """New job ids a state remembers: enough for the submissions between two plans of a settled cluster."""

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from hai_airflow.scheduling.layout import Layout
-from hai_airflow.scheduling.model import PLACED, Job
+from hai_airflow.scheduling.model import Job
 from hai_airflow.scheduling.quota import count_high
+from hai_airflow.spec import PLACED
 
 NodeFreeBase = tuple[tuple[int, ...], float, float]
 """Free GPU indices (ascending), CPUs and memory of a node with something in use."""

@@ -26,7 +26,7 @@ from hai_airflow.scheduling.model import (
 )
 from hai_airflow.scheduling.state import ClusterState
 from hai_airflow.sim.trace import Trace, TraceJob
-from hai_airflow.spec import JobState, is_high
+from hai_airflow.spec import LIVE, WAITING, JobState, checked_move, is_high
 
 DEFAULT_CHECKPOINT_INTERVAL = 1800.0
 SETTLE_LIMIT = 10_000
@@ -226,7 +226,7 @@ class Simulator:
     def seconds_run(self, job_id: int, now: float) -> float:
         """Seconds an unfinished job has held a placement over all its runs, the current one included."""
         live = self._live[job_id]
-        holding = live.state in (JobState.RUNNING, JobState.SUSPENDING)
+        holding = live.state in LIVE
         return live.out.run_seconds + (now - live.run_started_at if holding else 0.0)
 
     def _schedule_tick(self, now: float) -> None:
@@ -293,6 +293,7 @@ class Simulator:
         live = self._live.get(job_id)
         if live is None or live.generation != generation or live.state != JobState.RUNNING:
             return
+        self._move(live, JobState.SUCCEEDED, "completed")
         live.out.finished_at = now
         self._finished += 1
         self._free_gpus(live, now)
@@ -306,7 +307,7 @@ class Simulator:
             self._restart(live, now)
             return
         self._free_gpus(live, now)
-        live.state = JobState.SUSPENDED
+        self._move(live, JobState.SUSPENDED, "suspended")
         live.suspended_at = now
         self._waiting.add(job_id)
         self._show(live)
@@ -315,8 +316,7 @@ class Simulator:
 
     def _admit(self, decision: Admit, now: float) -> None:
         live = self._known(decision.job_id, decision)
-        if live.state not in (JobState.PENDING, JobState.SUSPENDED):
-            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
+        self._move(live, JobState.STARTING, "admitted")
         self._take_gpus(live.out.job, decision.placement, live.size, decision)
         if live.suspended_at is not None:
             live.suspended_seconds += now - live.suspended_at
@@ -328,7 +328,7 @@ class Simulator:
     def _start_run(self, live: _Live, placement: Placement, now: float) -> None:
         """Run on `placement` from `now` (GPUs taken) until the work left is done at the job's size."""
         job = live.out.job
-        live.state = JobState.RUNNING
+        self._move(live, JobState.RUNNING, "started")
         live.run_started_at = now
         live.placement = placement
         self._waiting.discard(job.id)
@@ -344,29 +344,26 @@ class Simulator:
 
     def _suspend(self, decision: Suspend, now: float) -> None:
         live = self._known(decision.job_id, decision)
-        if live.state != JobState.RUNNING:
-            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not running")
+        self._move(live, JobState.SUSPENDING, "suspending")
         self._stop_run(live, now)
         live.out.suspensions += 1
         self._push(now + self.suspend_delay, _RELEASE, decision.job_id, live.generation)
         self._show(live)
 
     def _stop_run(self, live: _Live, now: float) -> None:
-        """The job got the notice: it keeps the work saved by then, holding its GPUs (SUSPENDING)."""
+        """The job got the notice (it is SUSPENDING): it keeps the work saved by then, holding its GPUs."""
         job = live.out.job
         ran = now - live.run_started_at
         kept = ran if job.elastic else self._checkpointed(ran)
         live.work_kept += _work_done(job, live.size, kept)
         live.out.lost_gpu_seconds += (ran - kept) * len(live.placement) * job.gpus_per_worker
         live.generation += 1
-        live.state = JobState.SUSPENDING
         self._growable.discard(job.id)
 
     def _resize(self, decision: Shrink | Grow, now: float) -> None:
         """Notice now; `suspend_delay` later the job restarts at `decision.to` workers (`_restart`)."""
         live = self._known(decision.job_id, decision)
-        if live.state != JobState.RUNNING:
-            raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not running")
+        self._move(live, JobState.SUSPENDING, "resizing")
         _check_resize(live, decision)
         self._stop_run(live, now)
         job = live.out.job
@@ -383,10 +380,13 @@ class Simulator:
         self._show(live)
 
     def _restart(self, live: _Live, now: float) -> None:
-        """The notice delay is over: the workers given up are freed and the job runs at its new size."""
+        """The notice delay is over: the workers given up are freed and the job runs at its new size, its
+        instance ended and a new one started at once, as the server moves it."""
         placement = live.restart_on
         assert placement is not None
         live.restart_on = None
+        self._move(live, JobState.SUSPENDED, "resized")
+        self._move(live, JobState.STARTING, "admitted")
         self._free_gpus(live, now)
         self._take_gpus(live.out.job, placement, live.size, f"restart of job {live.out.job.id}")
         self._start_run(live, placement, now)
@@ -399,12 +399,18 @@ class Simulator:
 
     def _reject(self, decision: Reject) -> None:
         live = self._known(decision.job_id, decision)
-        if live.state not in (JobState.PENDING, JobState.SUSPENDED):
+        if live.state not in WAITING:  # a running job may fail, but a plan rejects only waiting ones
             raise SimulationError(f"{decision}: job {decision.job_id} is {live.state}, not waiting")
+        self._move(live, JobState.FAILED, "rejected")
         live.out.rejected = decision.reason
         self._forget(decision.job_id)
 
     # ---- bookkeeping -----------------------------------------------------------------------
+
+    @staticmethod
+    def _move(live: _Live, to_state: JobState, kind: str) -> None:
+        """Move the job's state as the server does: only along `spec.MOVES` (IllegalMove otherwise)."""
+        live.state = checked_move(live.out.job.id, live.state, to_state, kind)
 
     def _known(self, job_id: int, decision: object) -> _Live:
         live = self._live.get(job_id)
@@ -470,7 +476,7 @@ class Simulator:
     def _show(self, live: _Live) -> None:
         """Give the cluster state the job's new (immutable) record after its state changed."""
         job = live.out.job
-        holding = live.state in (JobState.RUNNING, JobState.SUSPENDING)
+        holding = live.state in LIVE
         self._state.job_changed(Job(
             id=job.id,
             user=job.user,

@@ -16,14 +16,14 @@ from sqlalchemy.orm import Session
 
 from hai_airflow.backends.common.base import Backend, Handle, JobEnvironment, Launch, StartError
 from hai_airflow.backends.common.confine import make_beneath
-from hai_airflow.scheduling.model import WAITING, Admit
+from hai_airflow.scheduling.model import Admit
 from hai_airflow.server.jobs import paths, transitions
 from hai_airflow.server.jobs.kept import KeptJob
 from hai_airflow.server.jobs.snapshot import schedulable
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store import clock
 from hai_airflow.server.store.tables import InstanceRow, JobRow
-from hai_airflow.spec import CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
+from hai_airflow.spec import WAITING, CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
 
 log = logging.getLogger("hai.server.admission")
 

@@ -21,11 +21,11 @@ from hai_airflow.server.jobs import transitions
 from hai_airflow.server.jobs.dependencies import verdict, waited_tasks, waits_over, within_slots
 from hai_airflow.server.jobs.holds import held_by
 from hai_airflow.server.jobs.kept import KeptInstance, KeptJob
-from hai_airflow.server.jobs.snapshot import WAITING, StoreView
+from hai_airflow.server.jobs.snapshot import StoreView
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store import clock, in_lists, lease, tokens
 from hai_airflow.server.store.tables import InstanceRow, JobRow
-from hai_airflow.spec import JobState, StopKind, stop_order
+from hai_airflow.spec import WAITING, JobState, StopKind, stop_order
 
 log = logging.getLogger("hai.server.controller")
 LOCAL_BACKEND = "local"

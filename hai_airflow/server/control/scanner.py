@@ -17,7 +17,7 @@ from hai_airflow.server.jobs.checkpoints import Checkpoint, Counted, newest_chec
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store import clock
 from hai_airflow.server.store.tables import InstanceRow, JobRow
-from hai_airflow.spec import JobState
+from hai_airflow.spec import LIVE
 
 log = logging.getLogger("hai.server.controller")
 
@@ -66,7 +66,7 @@ class CheckpointScanner:
                     JobRow.id, JobRow.latest_checkpoint_at, JobRow.user_name, JobRow.group_name, InstanceRow
                 )
                 .join(InstanceRow, InstanceRow.id == JobRow.current_instance_id)
-                .where(JobRow.state.in_((JobState.RUNNING, JobState.SUSPENDING)))
+                .where(JobRow.state.in_(LIVE))
             ).all()
         found: dict[int, Checkpoint] = {}
         for job_id, latest_at, user, group, inst in rows:

@@ -25,7 +25,7 @@ from hai_airflow.server.errors import ApiError
 from hai_airflow.server.jobs.auth import Caller
 from hai_airflow.server.jobs.kept import KeptJob
 from hai_airflow.server.store.tables import JobRow
-from hai_airflow.spec import TERMINAL_STATES, JobSpec, JobState
+from hai_airflow.spec import TERMINAL_STATES, UNSUCCESSFUL, JobSpec, JobState
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,6 @@ class Verdict:
     reason: str
 
 
-_FAILED = TERMINAL_STATES - {JobState.SUCCEEDED}
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,7 @@ def check(s: Session, caller: Caller, spec: JobSpec) -> Waits | None:
                     422, f"{field}: task {i} not found", field=f"spec.{field}",
                     fix="Name tasks you may see (`hai task --all` lists them)",
                 )  # fmt: skip
-            failed = [t for t in tasks.tasks.get(i, (i,)) if tasks.states[t] in _FAILED]
+            failed = [t for t in tasks.tasks.get(i, (i,)) if tasks.states[t] in UNSUCCESSFUL]
             if field == "after" and failed:
                 first = failed[0]
                 what = f"task {first}" + (f" of array {i}" if i in tasks.tasks else "")

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hai_airflow.server.jobs.snapshot import PLACED, placement_from_json
+from hai_airflow.server.jobs.snapshot import placement_from_json
 from hai_airflow.server.jobs.views import when
 from hai_airflow.server.store.tables import InstanceRow, JobRow, NodeRow, ReservationRow
 from hai_airflow.spec import (
+    PLACED,
     JobState,
     NodeState,
     NodeTask,

@@ -7,12 +7,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hai_airflow.scheduling.model import WAITING, Decision, Snapshot
+from hai_airflow.scheduling.model import Decision, Snapshot
 from hai_airflow.scheduling.runtime import RuntimeEstimate, RuntimeFacts, RuntimeHistory, estimate_runtime
 from hai_airflow.server.jobs.kept import KeptInstance, KeptJob
 from hai_airflow.server.jobs.views import when
 from hai_airflow.sim.forecast import forecast
-from hai_airflow.spec import ForecastSource, ForecastView
+from hai_airflow.spec import WAITING, ForecastSource, ForecastView
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hai_airflow.scheduling.model import (
-    PLACED,
-    WAITING,
     Job,
     Node,
     Placement,
@@ -24,7 +22,9 @@ from hai_airflow.scheduling.usage import Usage
 from hai_airflow.server.jobs.kept import KeptInstance, KeptJob, kept_instances
 from hai_airflow.server.store import in_lists
 from hai_airflow.server.store.tables import GroupRow, InstanceRow, JobRow, NodeRow, ReservationRow, UserRow
+from hai_airflow.spec import PLACED as PLACED  # re-exported for the server's readers of the store
 from hai_airflow.spec import TERMINAL_STATES, JobState
+from hai_airflow.spec import WAITING as WAITING
 
 
 def placement_from_json(text: str | None) -> Placement:

@@ -14,17 +14,14 @@ from hai_airflow.backends.common.base import Exit, Handle
 from hai_airflow.scheduling.model import Placement
 from hai_airflow.server.jobs.checkpoints import Checkpoint
 from hai_airflow.server.jobs.holds import hold_reason
-from hai_airflow.server.jobs.snapshot import WAITING, placement_to_json
+from hai_airflow.server.jobs.snapshot import placement_to_json
 from hai_airflow.server.store import changes, in_lists
 from hai_airflow.server.store.tables import EventRow, InstanceRow, JobRow, ReservationRow
-from hai_airflow.spec import MOVES, TERMINAL_STATES, JobState, StopKind
+from hai_airflow.spec import TERMINAL_STATES, WAITING, JobState, StopKind, checked_move
+from hai_airflow.spec import IllegalMove as IllegalMove  # what `move` raises
 from hai_airflow.training.preemption import EXIT_SAVED_ON_NOTICE
 
 CONTROLLER = "controller"
-
-
-class IllegalMove(RuntimeError):
-    """A state change that `spec.MOVES` does not list: a bug in its caller, never written."""
 
 
 def move(
@@ -34,8 +31,7 @@ def move(
     list. A job that leaves the queue for good drops its reservation: only waiting jobs hold one
     (`begin_instances` drops those of the jobs it starts), so a job that ends after running has none
     to drop and costs no statement for it."""
-    if (job.state, to_state) not in MOVES:
-        raise IllegalMove(f"job {job.id}: {job.state} -> {to_state} ({kind}) is not a legal move")
+    checked_move(job.id, job.state, to_state, kind)
     changes.jobs_changed(s, [job.id])
     leaves_queue = job.state in WAITING
     now = event(s, job, kind, reason, now, to_state, actor)
