@@ -22,7 +22,7 @@ from hai_airflow.server.jobs.kept import KeptJob
 from hai_airflow.server.jobs.snapshot import schedulable
 from hai_airflow.server.process.context import ServerContext
 from hai_airflow.server.store import clock
-from hai_airflow.server.store.tables import InstanceRow, JobRow
+from hai_airflow.server.store.tables import JobRow
 from hai_airflow.spec import WAITING, CpuJobSpec, DistributedJobSpec, JobSpec, StandaloneJobSpec
 
 log = logging.getLogger("hai.server.admission")
@@ -47,23 +47,22 @@ def granted_grace(spec: AnySpec, longest: int) -> int:
 
 @dataclass(frozen=True)
 class NewInstance:
-    """An admitted job's new instance as recorded (the job STARTING) before the backend is asked."""
+    """An admitted job's new instance as recorded (the job STARTING) before the backend is asked: plain
+    values, no ORM row, so each session that writes the outcome reads the rows itself, by id."""
 
-    rows: tuple[JobRow, InstanceRow]
-    """The job's and the instance's rows as the claim committed them: the launch's outcome is written
-    onto them (only the columns it sets), without reading them again."""
+    job_id: int
+    instance_id: int
+    requeued_from: int | None
+    """The job `hai requeue` ran again (`carryover`), None for a job submitted afresh."""
+    first_run: bool
+    """Whether this is the job's first instance."""
     spec: AnySpec
     admit: Admit
     job: JobEnvironment
     work_dir: Path
-
-    @property
-    def job_id(self) -> int:
-        return self.rows[0].id
-
-    @property
-    def instance_id(self) -> int:
-        return self.rows[1].id
+    carried_checkpoint: str | None = None
+    """The checkpoint it resumes from as carried over into its own model dir (`carryover`), which the
+    outcome's write records on the job and the instance; None when nothing was carried."""
 
 
 def model_dir(ctx: ServerContext, job_id: int, spec: AnySpec) -> Path:
@@ -104,7 +103,8 @@ def claim(
         inst.grace_seconds = granted_grace(spec, ctx.config.limits.max_grace_seconds)
         array = None if job.array_id is None or job.array_index is None else (job.array_id, job.array_index)
         env = JobEnvironment(job.user_name, job.group_name, saves_to, start.resume, start.checkpoint, array)
-        news.append(NewInstance((job, inst), spec, d, env, work_dir))
+        first = job.instance_count == 1
+        news.append(NewInstance(job.id, inst.id, job.requeued_from, first, spec, d, env, work_dir))
     return news
 
 

@@ -271,13 +271,16 @@ class PlanApplier:
         wave = [(rows.get(d.job_id), parse_spec(view.jobs[d.job_id]), d) for d in known]
         news = admission.claim(s, self.ctx, wave, self.ctx.holder_id)
         server = job_server(self.ctx, self.backend.name)
-        return [self._credited(new, server) for new in news]
+        return [self._credited(s, new, server) for new in news]
 
-    def _credited(self, new: admission.NewInstance, server: str | None) -> admission.NewInstance:
+    def _credited(self, s: Session, new: admission.NewInstance, server: str | None) -> admission.NewInstance:
         """The new instance with a fresh job credential: the store keeps its keyed hash on the instance
-        row, the launch carries the token to the backend, and nothing else ever sees it."""
+        row (in the claim's own session), the launch carries the token to the backend, and nothing
+        else ever sees it."""
         token = tokens.new_token()
-        new.rows[1].credential_hash = tokens.token_hash(self.ctx.store.token_key, token)
+        inst = s.get(InstanceRow, new.instance_id)  # the claim's own row, from the session's map
+        assert inst is not None
+        inst.credential_hash = tokens.token_hash(self.ctx.store.token_key, token)
         return replace(new, job=replace(new.job, server=server, credential=token))
 
     def _start(self, news: list[admission.NewInstance]) -> None:
@@ -291,11 +294,14 @@ class PlanApplier:
         try:
             with self.write() as s:
                 now = clock.now()
+                jobs = in_lists.rows(s, JobRow, [new.job_id for new, _, _ in started])
+                insts = in_lists.rows(s, InstanceRow, [new.instance_id for new, _, _ in started])
                 for new, handle, failure in started:
-                    # Only the controller moves a job's state, so the claimed rows are still as
-                    # committed in what the outcome writes (a cancel or a hold sets other columns).
-                    job, inst = new.rows
-                    s.add_all(new.rows)
+                    # Read in this session: only the controller moves a job's state, so each job is
+                    # still STARTING as the claim left it (a cancel or a hold sets other columns).
+                    job, inst = jobs[new.job_id], insts[new.instance_id]
+                    if new.carried_checkpoint is not None:
+                        job.latest_checkpoint = inst.checkpoint = new.carried_checkpoint
                     for note in notes.get(new.instance_id, ()):
                         transitions.event(s, job, "note", note, now)
                     if handle is None:

@@ -65,22 +65,22 @@ class Carry:
 def planned(s: Session, ctx: ServerContext, new: NewInstance) -> Carry | None:
     """What `new` carries over: for the first instance of a requeued job that resumes from the old
     job's checkpoint, the old job's model dir when the platform made it; None otherwise."""
-    job, checkpoint = new.rows[0], new.job.latest_checkpoint
-    if job.requeued_from is None or job.instance_count != 1 or checkpoint is None:
+    old_job, checkpoint = new.requeued_from, new.job.latest_checkpoint
+    if old_job is None or not new.first_run or checkpoint is None:
         return None
     old_dir = s.scalar(
         select(InstanceRow.model_dir)
-        .where(InstanceRow.job_id == job.requeued_from, InstanceRow.model_dir.is_not(None))
+        .where(InstanceRow.job_id == old_job, InstanceRow.model_dir.is_not(None))
         .order_by(InstanceRow.id.desc())
         .limit(1)
     )
-    old_root, new_root = ctx.jobs_dir(job.requeued_from), ctx.jobs_dir(job.id)
+    old_root, new_root = ctx.jobs_dir(old_job), ctx.jobs_dir(new.job_id)
     new_dir = new.job.model_dir
     if old_dir is None or not (Path(old_dir).is_relative_to(old_root) and new_dir.is_relative_to(new_root)):
         return None
     if not Path(checkpoint).is_relative_to(old_dir):
         return None
-    return Carry(job.requeued_from, str(old_root), old_dir, str(new_root), str(new_dir))
+    return Carry(old_job, str(old_root), old_dir, str(new_root), str(new_dir))
 
 
 def carry_over(ctx: ServerContext, carry: Carry) -> int:
@@ -156,7 +156,7 @@ def carried_over(
 ) -> tuple[list[NewInstance], dict[int, list[str]]]:
     """The wave's instances, a requeued job's first one resuming from the checkpoint carried over into
     its own model dir; and a note per instance id that carried (or failed to carry) files over."""
-    firsts = [n for n in news if n.rows[0].requeued_from is not None and n.rows[0].instance_count == 1]
+    firsts = [n for n in news if n.requeued_from is not None and n.first_run]
     if not firsts:
         return news, {}
     with ctx.store.read() as s:
@@ -180,8 +180,6 @@ def _resumed_in_own_dir(ctx: ServerContext, new: NewInstance, plan: Carry) -> tu
     except NotCarried as e:
         why = f"task {plan.old_job}'s model dir was not carried over: {e}"
         return new, f"{why}; it resumes from the checkpoint there (HAI_LATEST_CHECKPOINT)"
-    job, inst = new.rows
     moved = plan.moved(new.job.latest_checkpoint or "")
-    job.latest_checkpoint = inst.checkpoint = moved
     note = f"{files} files of task {plan.old_job}'s model dir carried over into {plan.new_dir} (hard links)"
-    return replace(new, job=replace(new.job, latest_checkpoint=moved)), note
+    return replace(new, job=replace(new.job, latest_checkpoint=moved), carried_checkpoint=moved), note

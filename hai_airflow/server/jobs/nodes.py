@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hai_airflow.server.jobs.snapshot import placement_from_json
+from hai_airflow.scheduling.capacity import FreeCapacity
+from hai_airflow.scheduling.layout import Layout
+from hai_airflow.scheduling.model import Shape
+from hai_airflow.scheduling.usage import Usage
+from hai_airflow.server.jobs.kept import kept_jobs
+from hai_airflow.server.jobs.snapshot import current_instances, nodes_of, placement_from_json, planner_job
 from hai_airflow.server.jobs.views import when
 from hai_airflow.server.store.tables import InstanceRow, JobRow, NodeRow, ReservationRow
 from hai_airflow.spec import (
@@ -22,6 +27,7 @@ from hai_airflow.spec import (
     OtherNodeTaskView,
     ResourcePackage,
     ResourcePackageView,
+    canonical_gpu_type,
 )
 
 
@@ -143,28 +149,35 @@ def task_view(task: TaskUse, shown: bool) -> NodeTask:
     )
 
 
-def startable(pkg: ResourcePackage, usage: list[NodeUse]) -> int:
-    """How many workers of the package fit on free capacity now (GPUs, CPUs and memory; drained nodes
-    take none)."""
-    total = 0
-    for u in usage:
-        if u.row.drained:
-            continue
-        if pkg.gpus > 0 and u.row.gpu_type.upper() != pkg.gpu_type.upper():
-            continue
-        fits = [
-            int((u.row.cpus - u.cpus) // pkg.cpus),
-            int((u.row.memory_gb - u.memory_gb) // pkg.memory_gb),
-        ]
-        if pkg.gpus > 0:
-            fits.append(len(u.free_gpus) // pkg.gpus)
-        total += max(0, min(fits))
-    return total
+def free_capacity(session: Session) -> FreeCapacity:
+    """Free capacity now as the planner builds it for a cycle: the nodes less what the placed jobs
+    hold, drained nodes blocked."""
+    rows = kept_jobs(session, JobRow.state.in_(PLACED))
+    current = current_instances(session, [r.id for r in rows])
+    placed = [planner_job(r, current.get(r.id)) for r in rows]
+    return FreeCapacity.build(Usage.fresh(Layout.build(nodes_of(session)), placed))
+
+
+def startable(pkg: ResourcePackage, cap: FreeCapacity) -> int:
+    """How many workers of the package could start now: the most for which the planner's one fit
+    question (`FreeCapacity.fits`: every worker placed at once, in one pool) says yes."""
+
+    def fits(workers: int) -> bool:
+        gpu_type = canonical_gpu_type(pkg.gpu_type)
+        return cap.fits(Shape(gpu_type, workers, pkg.gpus, pkg.cpus, pkg.memory_gb))
+
+    yes, no = 0, 1
+    while fits(no):  # a worker takes CPUs (a package's are > 0), so this ends
+        yes, no = no, no * 2
+    while no - yes > 1:
+        mid = (yes + no) // 2
+        yes, no = (mid, no) if fits(mid) else (yes, mid)
+    return yes
 
 
 def package_views(session: Session, packages: list[ResourcePackage]) -> list[ResourcePackageView]:
-    usage = node_usage(session)
+    cap = free_capacity(session)
     return [
-        ResourcePackageView(**p.model_dump(), startable_now=startable(p, usage))
+        ResourcePackageView(**p.model_dump(), startable_now=startable(p, cap))
         for p in sorted(packages, key=lambda p: p.id)
     ]
