@@ -12,7 +12,6 @@ import signal
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from hai_airflow.backends.common.confine import PathRefused, confine
 from hai_airflow.backends.common.credential import credential_env, write_credential
 from hai_airflow.backends.common.execs import ExecRefused, ExecRun
 from hai_airflow.backends.common.gitcode import clone_script
+from hai_airflow.backends.common.instances import InstanceTable
 from hai_airflow.backends.common.inventory import detect
 from hai_airflow.backends.common.jobuser import (
     JobUser,
@@ -38,7 +38,7 @@ from hai_airflow.backends.common.jobuser import (
     server_user,
 )
 from hai_airflow.backends.common.launches import WorkerEnd, gang_exit, handle_data, image_of, read_handles
-from hai_airflow.backends.common.notice import write_notice
+from hai_airflow.backends.common.notice import give_notice
 from hai_airflow.backends.common.workerenv import (
     MASTER_ADDR,
     Gang,
@@ -189,7 +189,8 @@ class _Instance:
     workers: list[_Worker]
     log_path: Path
     notice_path: Path
-    stop_requested: bool = False
+    stopping: bool = False
+    """The platform asked it to stop."""
     kill_at: float | None = None
     culprit: _Worker | None = None
     """The first worker found failing before any stop was asked; it decides the instance's exit code."""
@@ -208,14 +209,10 @@ class LocalBackend:
     def __init__(self, options: Mapping[str, Any] | None = None, home: Path | None = None) -> None:
         self.options = LocalOptions.model_validate(dict(options or {}))
         self.home = home
-        self._lock = threading.RLock()
-        self._instances: dict[int, _Instance] = {}
-        """Every instance started or adopted and not ended, and the last ENDED_KEPT that ended (their
-        logs stay readable)."""
-        self._ended_order: deque[int] = deque()
-        """The ended instances in `_instances`, in the order they ended."""
-        self._live: dict[int, _Instance] = {}
-        """The instances not ended yet: what a sweep checks, so its cost follows the running ones."""
+        self._table: InstanceTable[_Instance] = InstanceTable()
+        """The instances not ended yet (what a sweep checks, so its cost follows the running ones), and
+        the logs of the last ENDED_KEPT that ended."""
+        self._lock = self._table.lock
         self._ended: list[Exit] = []
         self._closing = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -231,8 +228,7 @@ class LocalBackend:
 
     def start(self, launch: Launch) -> Handle:
         with self._lock:
-            known = self._instances.get(launch.instance_id)
-            if known is not None and not known.ended:
+            if self._table.get(launch.instance_id) is not None:
                 raise StartError(f"instance {launch.instance_id} is already running")
         spec = launch.spec
         placement = launch.placement or (WorkerPlacement(node=socket.gethostname(), gpus=()),)
@@ -258,7 +254,7 @@ class LocalBackend:
         workers = self._spawn_all(launch, plans, cwd, user)
         inst = _Instance(launch.instance_id, workers, launch.log_path, notice_path)
         with self._lock:
-            self._instances[launch.instance_id] = self._live[launch.instance_id] = inst
+            self._table.add(inst)
         self._ensure_watcher()
         return Handle(
             launch.instance_id,
@@ -309,17 +305,12 @@ class LocalBackend:
 
     def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
         with self._lock:
-            inst = self._instances.get(instance_id)
-            if inst is None or inst.ended:
+            inst = self._table.ask_stop(instance_id)
+            if inst is None:
                 return
-            inst.stop_requested = True
             running = [w for w in inst.workers if not w.done]
             if notice:
-                try:
-                    write_notice(inst.notice_path, instance_id, grace_seconds, self.home)
-                except OSError as exc:
-                    # The job broke its own work dir; it still gets SIGTERM and the grace.
-                    log.warning("cannot write the notice of instance %d: %s", instance_id, exc)
+                give_notice(inst.notice_path, instance_id, grace_seconds, self.home)
             if grace_seconds <= 0 and not notice:
                 self._signal(running, signal.SIGKILL)
                 return
@@ -337,16 +328,15 @@ class LocalBackend:
         """Adopt the instances of `handles`; return those lost. Ones that ended meanwhile come from poll()."""
         now = time.monotonic()
         with self._lock:
-            fresh = [h for h in handles if h.instance_id not in self._instances]
+            fresh = [h for h in handles if not self._table.knows(h.instance_id)]
             adopted, lost = read_handles(fresh, self.name, _adopt)
             exited = _exited(adopted)
             for inst in adopted:
-                self._instances[inst.instance_id] = inst
                 ended = self._advance(inst, now, exited)
                 if ended is None:
-                    self._live[inst.instance_id] = inst
+                    self._table.add(inst)
                 else:
-                    self._keep_ended(inst.instance_id)
+                    self._table.forget(inst, kept=ENDED_KEPT)
                     (lost if ended.lost else self._ended).append(ended)
         self._ensure_watcher()
         return lost
@@ -366,16 +356,17 @@ class LocalBackend:
             time.sleep(0.02)
 
     def read_log(self, instance_id: int, tail: int = 0) -> str:
-        return log_files.read_tail(self._instance(instance_id).log_path, tail, home=self.home)
+        return log_files.read_tail(self._log_path(instance_id), tail, home=self.home)
 
     def follow_log(self, instance_id: int) -> Iterator[str]:
-        inst = self._instance(instance_id)
+        inst = self._table.get(instance_id)
+        path = self._log_path(instance_id)
 
         def ended() -> bool:
             self._sweep()
-            return inst.ended
+            return inst is None or inst.ended
 
-        return log_files.follow(inst.log_path, ended, self.options.watch_interval_seconds, home=self.home)
+        return log_files.follow(path, ended, self.options.watch_interval_seconds, home=self.home)
 
     def account(self, owner: str) -> JobUser | None:
         return None if self.options.run_as is None else job_user(self.options.run_as, owner)
@@ -403,7 +394,7 @@ class LocalBackend:
             self._watcher = None
         self._spawner.close()
         with self._lock:
-            for inst in self._instances.values():
+            for inst in self._table.live():
                 for w in inst.workers:
                     _unwatch(w)
 
@@ -523,7 +514,7 @@ class LocalBackend:
                 with self._lock:
                     waits = [
                         w.exit_fd
-                        for inst in self._live.values()
+                        for inst in self._table.live()
                         for w in inst.workers
                         if not w.done and w.exit_fd is not None
                     ]
@@ -550,7 +541,7 @@ class LocalBackend:
 
     def _next_timeout(self, now: float) -> float:
         """Seconds until the watcher must look without being woken: the interval, or a kill that falls due."""
-        due = [i.kill_at - now for i in self._live.values() if i.kill_at is not None]
+        due = [i.kill_at - now for i in self._table.live() if i.kill_at is not None]
         return max(0.0, min([self.options.watch_interval_seconds, *due]))
 
     def _sweep(self, notify: bool = True) -> None:
@@ -558,25 +549,16 @@ class LocalBackend:
         now = time.monotonic()
         with self._lock:
             before = len(self._ended)
-            live = list(self._live.values())
+            live = self._table.live()
             exited = _exited(live)
             for inst in live:
                 ended = self._advance(inst, now, exited)
                 if ended is not None:
-                    del self._live[inst.instance_id]
-                    self._keep_ended(inst.instance_id)
+                    self._table.forget(inst, kept=ENDED_KEPT)
                     self._ended.append(ended)
             ended_now = len(self._ended) > before
         if notify and ended_now and self.on_exit is not None:
             self.on_exit()
-
-    def _keep_ended(self, instance_id: int) -> None:
-        """Count an instance among the ended ones kept, forgetting the oldest beyond ENDED_KEPT."""
-        self._ended_order.append(instance_id)
-        while len(self._ended_order) > ENDED_KEPT:
-            oldest = self._instances.get(self._ended_order.popleft())
-            if oldest is not None and oldest.ended:  # not an id started again since
-                del self._instances[oldest.instance_id]
 
     def _advance(self, inst: _Instance, now: float, exited: Container[int]) -> Exit | None:
         """Check the instance's workers (`exited`: the pidfds that have ended), stop the rest after a
@@ -588,7 +570,7 @@ class LocalBackend:
         running = [w for w in inst.workers if not w.done]
         # Once a stop is asked, its own grace governs: a worker that saved and left is not a failure,
         # and a second SIGTERM could reach another while its interpreter shuts down, unhandled.
-        if inst.culprit is None and not inst.stop_requested:
+        if inst.culprit is None and not inst.stopping:
             inst.culprit = next((w for w in inst.workers if w.done and w.exit_code != 0), None)
             if inst.culprit is not None and running:
                 # The others would wait forever in a collective for the failed worker.
@@ -619,12 +601,13 @@ class LocalBackend:
                     procs.signal_group(w.pgid, sig)
                     kill_tree(w.pid, sig, session=w.pgid)
 
-    def _instance(self, instance_id: int) -> _Instance:
-        with self._lock:
-            inst = self._instances.get(instance_id)
-        if inst is None:
+    def _log_path(self, instance_id: int) -> Path:
+        """The instance's log, while it runs and after it ended; KeyError when it is not known."""
+        inst = self._table.get(instance_id)
+        path = inst.log_path if inst is not None else self._table.ended_log(instance_id)
+        if path is None:
             raise KeyError(f"instance {instance_id} is not known to the local backend")
-        return inst
+        return path
 
 
 def _watched(w: _Worker) -> _Worker:
@@ -694,7 +677,7 @@ def _exit_of(inst: _Instance) -> Exit:
         for w in inst.workers
     ]
     first = inst.workers.index(inst.culprit) if inst.culprit is not None else None
-    return gang_exit(inst.instance_id, ends, first, inst.stop_requested)
+    return gang_exit(inst.instance_id, ends, first, inst.stopping)
 
 
 def _supervisors_in(work_dir: Path) -> list[int]:
