@@ -11,7 +11,7 @@ import pytest
 import hai_airflow.backends as backends
 from hai_airflow.backends.common.instances import InstanceTable
 
-TABLE_BACKENDS = ["local"]
+TABLE_BACKENDS = ["local", "docker", "kubernetes"]
 """The backends whose live instances and ended logs are an `InstanceTable`."""
 
 

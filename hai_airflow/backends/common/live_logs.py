@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from hai_airflow.backends.common.base import Handle
+from hai_airflow.backends.common.instances import InstanceTable
 from hai_airflow.backends.common.log_files import read_tail
 from hai_airflow.backends.common.merged_logs import MAX_PIECE, last_lines, merge_lines, worker_prefix
 
@@ -168,8 +169,8 @@ class ServedLogs:
 
     name: str
     home: Path | None
-    _ended_logs: dict[int, Path]
-    """Instance id -> the log file kept at its end."""
+    _table: InstanceTable[Any]
+    """The instances it follows, and where the logs of those that ended were kept."""
 
     def worker_logs(self, handle: Handle) -> list[WorkerLog]:
         raise NotImplementedError
@@ -195,7 +196,7 @@ class ServedLogs:
         return iter([self._kept_log(instance_id, 0)])
 
     def _kept_log(self, instance_id: int, tail: int) -> str:
-        path = self._ended_logs.get(instance_id)
+        path = self._table.ended_log(instance_id)
         if path is None:
             raise KeyError(f"instance {instance_id} is not known to the {self.name} backend")
         return read_tail(path, tail, home=self.home)

@@ -4,18 +4,45 @@ from __future__ import annotations
 
 import codecs
 import io
+import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 
-from hai_airflow.backends.common.safefs import UnsafeFile, open_regular, trusted_root
+from hai_airflow.backends.common.safefs import UnsafeFile, open_regular, trusted_root, write_below
+
+log = logging.getLogger(__name__)
 
 BLOCK = 64 * 1024
 """How much one read takes: the memory a stream or a follow holds at a time."""
 TAIL_LIMIT = 4 * 1024 * 1024
 """The most bytes of log one tail answer holds; longer lines are cut at their start, with a note."""
+
+
+class UnreadableLog(Exception):
+    """Raised by the pieces of a log being kept when its source cannot be read: the note is kept instead."""
+
+    def __init__(self, note: str) -> None:
+        super().__init__(note)
+        self.note = note
+
+
+def keep_log(instance_id: int, path: Path, text: bytes | Iterable[bytes], home: Path | None) -> None:
+    """Write an ended instance's log where its launch said, as one file of its own (mode 0600).
+
+    The log lies where the job may write: it is never written through a link the job planted. A log
+    that cannot be written is logged as such; the instance ends all the same.
+    """
+    root = trusted_root(path, home)
+    try:
+        try:
+            write_below(root, path, text, mode=0o600)
+        except UnreadableLog as e:
+            write_below(root, path, e.note.encode(), mode=0o600)
+    except OSError as e:
+        log.warning("cannot keep the log of instance %d: %s", instance_id, e)
 
 
 def read_tail(path: Path, tail: int = 0, *, home: Path | None) -> str:

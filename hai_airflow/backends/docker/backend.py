@@ -26,12 +26,13 @@ from hai_airflow.backends.common.base import BackendUnavailable, Exit, Handle, L
 from hai_airflow.backends.common.credential import write_credential
 from hai_airflow.backends.common.execs import CONTAINER_WRAPPER, ExecRefused, ExecRun, split_pid
 from hai_airflow.backends.common.gitcode import CLONE_FAILED_EXIT, clone_argv
+from hai_airflow.backends.common.instances import InstanceTable
 from hai_airflow.backends.common.jobuser import SYSTEM_PATH, JobUser, job_account, job_user
 from hai_airflow.backends.common.launches import WorkerEnd, gang_exit, handle_data, read_handles
 from hai_airflow.backends.common.live_logs import ServedLogs, WorkerLog
+from hai_airflow.backends.common.log_files import UnreadableLog, keep_log
 from hai_airflow.backends.common.merged_logs import merge_lines
-from hai_airflow.backends.common.notice import write_notice
-from hai_airflow.backends.common.safefs import trusted_root, write_below
+from hai_airflow.backends.common.notice import give_notice
 from hai_airflow.backends.common.workerenv import WorkerSlot
 from hai_airflow.backends.docker import containers as cfg
 from hai_airflow.scheduling.model import Node
@@ -173,9 +174,8 @@ class DockerBackend(ServedLogs):
                 "docker jobs run as root (uid 0, without capabilities) and may leave root-owned, setuid "
                 'files wherever root may write on their mounts; set [backend] run_as = "{user}"'
             )
-        self._lock = threading.Lock()
-        self._instances: dict[int, _Instance] = {}
-        self._ended_logs: dict[int, Path] = {}
+        self._table: InstanceTable[_Instance] = InstanceTable()
+        self._lock = self._table.lock
 
     # ---- inventory --------------------------------------------------------------------------------
 
@@ -209,8 +209,7 @@ class DockerBackend(ServedLogs):
             inst.clone = self._start_clone(launch, account)
         else:
             self._run(launch, account)
-        with self._lock:
-            self._instances[inst.instance_id] = inst
+        self._table.add(inst)
         return inst.handle()
 
     def _start_clone(self, launch: Launch, account: JobUser) -> _Clone:
@@ -303,20 +302,15 @@ class DockerBackend(ServedLogs):
 
     def stop(self, instance_id: int, grace_seconds: int, notice: bool) -> None:
         with self._lock:
-            inst = self._instances.get(instance_id)
+            inst = self._table.ask_stop(instance_id)
             if inst is None:
                 return
-            inst.stopping = True
             if inst.clone is not None:
                 # Nothing of the job runs yet: its clone ends now, and `poll` reports the instance.
                 _kill_clone(inst.clone)
                 return
         if notice:
-            try:
-                write_notice(inst.notice, instance_id, grace_seconds, self.home)
-            except OSError as e:
-                # The job broke its own work dir; it still gets SIGTERM and the grace.
-                log.warning("cannot write the notice of instance %d: %s", instance_id, e)
+            give_notice(inst.notice, instance_id, grace_seconds, self.home)
         for name in inst.containers:
             if grace_seconds > 0:
                 # The engine sends SIGTERM now and SIGKILL after the grace, even if this server stops
@@ -341,8 +335,8 @@ class DockerBackend(ServedLogs):
     def poll(self) -> list[Exit]:
         """Instances whose containers (or clone) ended; `EngineUnreachable` while the engine is away."""
         with self._lock:
-            cloning = [i for i in self._instances.values() if i.clone is not None]
-            running = [i for i in self._instances.values() if i.clone is None]
+            cloning = [i for i in self._table.live() if i.clone is not None]
+            running = [i for i in self._table.live() if i.clone is None]
         # Asked first, even with nothing running: while the engine does not answer nothing goes on.
         states = self._states()
         exits = [ended for inst in cloning if (ended := self._advance_clone(inst)) is not None]
@@ -400,12 +394,8 @@ class DockerBackend(ServedLogs):
 
     def _end_clone(self, inst: _Instance, output: str, code: int | None, reason: str) -> Exit:
         """The Exit of an instance that never got its containers, its log being the clone's output."""
-        root = trusted_root(inst.log_path, self.home)
-        try:
-            write_below(root, inst.log_path, f"{output}[hai] {reason}\n".encode(), mode=0o600)
-        except OSError as e:
-            log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
-        self._forget(inst)
+        keep_log(inst.instance_id, inst.log_path, f"{output}[hai] {reason}\n".encode(), self.home)
+        self._table.forget(inst)
         return Exit(inst.instance_id, code, reason)
 
     def _states(self) -> dict[str, str]:
@@ -429,7 +419,7 @@ class DockerBackend(ServedLogs):
     def _check(self, inst: _Instance, states: Mapping[str, str]) -> Exit | None:
         present = [n for n in inst.containers if n in states]
         if not present:
-            self._forget(inst)
+            self._table.forget(inst)
             return Exit(inst.instance_id, None, "its containers were removed outside hai", lost=True)
         # "created" counts as ended only when the rest has ended too (a worker that never started).
         running = [n for n in present if states[n] in ("running", "restarting", "paused")]
@@ -448,7 +438,7 @@ class DockerBackend(ServedLogs):
         ends = [self._worker_end(name) for name in inst.containers]
         self._keep_log(inst)
         self._remove(inst.containers, inst.network)
-        self._forget(inst)
+        self._table.forget(inst)
         return gang_exit(inst.instance_id, ends, inst.culprit, inst.stopping)
 
     def _worker_end(self, name: str) -> WorkerEnd:
@@ -461,22 +451,7 @@ class DockerBackend(ServedLogs):
 
     def _keep_log(self, inst: _Instance) -> None:
         """Write the merged container logs to the instance's log as they are read, before removal."""
-        # The work dir is mounted into the containers: never write through a link they planted.
-        root = trusted_root(inst.log_path, self.home)
-        try:
-            try:
-                merged = (text.encode() for text in self._merged(inst))
-                write_below(root, inst.log_path, merged, mode=0o600)
-            except DockerException as e:
-                note = f"[hai] the container logs could not be read: {e}\n"
-                write_below(root, inst.log_path, note.encode(), mode=0o600)
-        except OSError as e:
-            log.warning("cannot keep the log of instance %d: %s", inst.instance_id, e)
-
-    def _forget(self, inst: _Instance) -> None:
-        with self._lock:
-            self._instances.pop(inst.instance_id, None)
-            self._ended_logs[inst.instance_id] = inst.log_path
+        keep_log(inst.instance_id, inst.log_path, self._merged(inst), self.home)
 
     def _remove(self, names: list[str], network: str | None) -> None:
         for name in names:
@@ -498,10 +473,9 @@ class DockerBackend(ServedLogs):
             if not any(n in states for n in inst.containers):
                 self._remove([], inst.network)
                 exits.append(Exit(inst.instance_id, None, _gone_after_restart(inst), lost=True))
-                self._ended_logs[inst.instance_id] = inst.log_path
+                self._table.forget(inst)
                 continue
-            with self._lock:
-                self._instances[inst.instance_id] = inst
+            self._table.add(inst)
         for name in sorted(set(states) - known):
             # Started by this server but never recorded (it died in between): the job will be requeued,
             # so this copy must not keep running beside the new one.
@@ -537,15 +511,18 @@ class DockerBackend(ServedLogs):
 
         return WorkerLog(f"container {name}", open_log)
 
-    def _merged(self, inst: _Instance) -> Iterator[str]:
+    def _merged(self, inst: _Instance) -> Iterator[bytes]:
         """The instance's log, its workers' container logs merged by time as the engine streams them."""
-        streams: list[Iterable[bytes]] = []
-        for name in inst.containers:
-            try:
-                streams.append(self._worker_log(name).open(False, None))
-            except NotFound:
-                streams.append([])
-        return merge_lines(streams)
+        try:
+            streams: list[Iterable[bytes]] = []
+            for name in inst.containers:
+                try:
+                    streams.append(self._worker_log(name).open(False, None))
+                except NotFound:
+                    streams.append([])
+            yield from (text.encode() for text in merge_lines(streams))
+        except DockerException as e:
+            raise UnreadableLog(f"[hai] the container logs could not be read: {e}\n") from e
 
     # ---- exec --------------------------------------------------------------------------------------
 
@@ -590,8 +567,7 @@ class DockerBackend(ServedLogs):
         return ExecRun(split_pid(iter(chunks), pid.append), exit_code, kill, alive)
 
     def running_handle(self, instance_id: int) -> Handle | None:
-        with self._lock:
-            inst = self._instances.get(instance_id)
+        inst = self._table.get(instance_id)
         return inst.handle() if inst is not None else None
 
     def explain_log_error(self, error: Exception) -> str:
