@@ -4,6 +4,8 @@ refused at submission when they name a job the submitter may not see or one that
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hai_airflow.server.jobs.dependencies import Waits, verdict
@@ -23,8 +25,9 @@ def events(api: Api, job_id: int) -> list[tuple[str, str | None]]:
     return [(e["kind"], e["to_state"]) for e in api.get(f"/jobs/{job_id}").json()["events"]]
 
 
-def test_a_job_after_another_waits_for_its_success_then_runs(run: Api) -> None:
-    first = run.submit(cmd="python3 train.py 1")
+def test_a_job_after_another_waits_for_its_success_then_runs(run: Api, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"  # the first job runs until the test has looked (at most 60 s)
+    first = run.submit(cmd=f"for i in $(seq 1200); do [ -e {gate} ] && exit 0; sleep 0.05; done; exit 1")
     second = run.submit(cmd="true", after=[first["id"]])
     assert second["state"] == "PENDING"
     assert second["reason"] == f"waiting for task {first['id']} to succeed (--after)"
@@ -34,6 +37,7 @@ def test_a_job_after_another_waits_for_its_success_then_runs(run: Api) -> None:
     assert run.job(second["id"])["state"] == "PENDING", "its dependency runs: it waits"
     queue = {e["job"]["id"]: e["reason"] for e in run.get("/queue").json()}
     assert queue[second["id"]] == second["reason"]
+    gate.touch()
     run.until_state(first["id"], "SUCCEEDED")
     done = run.until_state(second["id"], "SUCCEEDED")
     assert ("released", "PENDING") in events(run, second["id"]) and done["instances"] == 1
