@@ -11,7 +11,7 @@ import typer
 from hai_airflow import arrays
 from hai_airflow.cli import flagtable, jobfields, jobspec
 from hai_airflow.cli.columns import id_runs
-from hai_airflow.cli.connection import ServerFlags, connect
+from hai_airflow.cli.connection import ServerFlags, connect, exit_code_for
 from hai_airflow.cli.flags import option, with_flags
 from hai_airflow.cli.ids import complete_packages
 from hai_airflow.cli.jobspec import (
@@ -30,11 +30,13 @@ from hai_airflow.cli.jobspec import (
     build_spec,
     spec_from_file,
 )
-from hai_airflow.cli.output import OutputFlags, emit, note, say, usage_error
+from hai_airflow.cli.output import OutputFlags, emit, fail, note, say, usage_error
 from hai_airflow.cli.task import JOB_COLUMNS
 from hai_airflow.cli.wait import wait_and_report
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from hai_airflow.spec import JobSpec
 
 CREATE_FLAGS = jobfields.CREATE_FLAG_NAMES
@@ -120,7 +122,7 @@ def create(
     values = {**given, **dataclasses.asdict(job), **dataclasses.asdict(gpu_job)}
     fields = jobspec.checked(jobfields.create_fields, values)
     spec = build_spec(mode, fields, CREATE_FLAGS, "create")
-    submit_and_report(spec, submit, connection, out)
+    submit_and_report(spec, submit, connection, out, "create", CREATE_FLAGS)
 
 
 NOT_JOB_FLAGS = frozenset(
@@ -155,14 +157,32 @@ def _job_file(ctx: typer.Context, file: TextIO) -> JobFile:
     return spec_from_file(text, source)
 
 
-def submit_and_report(spec: JobSpec, submit: SubmitFlags, connection: ServerFlags, out: OutputFlags) -> None:
+def submit_and_report(
+    spec: JobSpec,
+    submit: SubmitFlags,
+    connection: ServerFlags,
+    out: OutputFlags,
+    command: str | None = None,
+    flags: Mapping[str, str] | None = None,
+) -> None:
     """Send the spec; print `created task ID` (the id last, for scripts), the id alone (-o name) or the
-    whole job; with --wait, then wait for it and exit with its outcome."""
+    whole job; with --wait, then wait for it and exit with its outcome. With `command` (`submit cpu`)
+    the server's refusal names the command's `flags` and help, as the downloadable `hai` words it."""
+    from hai_airflow.client import HaiError
+
     # A key of this command's own when none is given: a submit sent again (the server's database was
     # down for a moment) answers the task the first one made instead of making a second.
     key = submit.client_key or f"hai-cli-{uuid.uuid4().hex}"
     with connect(connection) as client:
-        job = client.submit(spec, client_key=key, array=submit.array)
+        try:
+            job = client.submit(spec, client_key=key, array=submit.array)
+        except HaiError as error:
+            if command is None:
+                raise
+            code = exit_code_for(error)
+            field = error.field or ""
+            words = jobfields.submit_refusal(error.message, field, code == 2, flags or {}, command)
+            fail(words, code)
         ids = [job.id]
         if submit.array is not None:
             ids = sorted(j.id for j in client.jobs(array=job.id, limit=arrays.MAX_ELEMENTS))

@@ -116,7 +116,8 @@ _TYPES: dict[str, Any] = {
     flagtable.INDICES: str,
     flagtable.CHOICE: str,
 }
-_READ_BY_TABLE = (flagtable.DURATION, flagtable.INDICES, flagtable.CHOICE)
+_READ_BY_TABLE = (flagtable.DURATION, flagtable.INDICES, flagtable.CHOICE, flagtable.INT, flagtable.FLOAT)
+"""Kinds whose values the table reads, so a bad value is refused in the downloadable `hai`'s words."""
 
 
 def option(flag: flagtable.Flag, **typer_only: Any) -> Any:

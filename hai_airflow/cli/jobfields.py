@@ -139,6 +139,16 @@ def in_flags(message: str, flags: Mapping[str, str]) -> str:
     return re.sub(r"\bspec\.([a-z_]+)", lambda m: flag_for(m[1], flags), message)
 
 
+def submit_refusal(message: str, field: str, bad_input: bool, flags: Mapping[str, str], command: str) -> str:
+    """The server's refusal of a submit as both CLIs word it: spec fields named as the command's flags,
+    the field named where the words do not, and a refusal of the input pointing at the command's help."""
+    text = in_flags(message, flags)
+    named = in_flags(field, flags)
+    if named and named not in text:
+        text = f"{text} (field {named})"
+    return f"{text.rstrip('.')}. See `hai {command} --help`" if bad_input else text
+
+
 SUBMIT_FLAG_NAMES = {
     "resource_pkg": "--gpus",
     "worker_resource_pkg": "--gpus",

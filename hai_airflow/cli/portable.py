@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 import urllib.error
@@ -33,6 +34,7 @@ DESCRIPTION = (
     "usage; `hai wait` and --wait: 1 also when the task did not succeed, 124 timed out."
 )
 DEFAULT_SERVER = "http://127.0.0.1:8765"
+DEFAULT_REGION = "default"
 POLL_SECONDS = 30.0
 """The longest single long-poll of `hai wait`; the server answers sooner when the state changes."""
 BAD_INPUT = (400, 422)
@@ -89,6 +91,43 @@ def token() -> str | None:
         raise Refused(f"cannot read HAI_TOKEN_FILE {path} ({error.strerror}). Check the path", 2) from None
 
 
+def server_url() -> str:
+    """$HAI_SERVER, else the server of the region ($HAI_REGION, else `default_region`) in
+    $HAI_HOME/client.toml, else its `server`: as the full `hai` finds it."""
+    given = os.environ.get("HAI_SERVER")
+    if given:
+        return given.rstrip("/")
+    home = os.environ.get("HAI_HOME") or os.path.join(os.path.expanduser("~"), ".hai")
+    path = os.path.join(home, "client.toml")
+    config = client_config(path)
+    region = os.environ.get("HAI_REGION") or config.get("default_region") or DEFAULT_REGION
+    regions = config.get("regions", {})
+    if region in regions:
+        return str(regions[region]).rstrip("/")
+    if region != DEFAULT_REGION and os.environ.get("HAI_REGION"):
+        known = ", ".join(sorted(regions)) or "none configured"
+        raise Refused(
+            f"unknown region {region!r} in HAI_REGION (known: {known}). "
+            f"Unset HAI_REGION, or add it under [regions] in {path}.",
+            2,
+            "HAI_REGION",
+        )
+    return str(config.get("server") or DEFAULT_SERVER).rstrip("/")
+
+
+def client_config(path: str) -> dict[str, Any]:
+    """$HAI_HOME/client.toml, where there is one; reading it needs Python 3.11's tomllib."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        import tomllib
+    except ImportError:
+        raise Refused(f"reading {path} needs Python 3.11 or later. Set HAI_SERVER instead", 2) from None
+    with open(path, "rb") as file:
+        config: dict[str, Any] = tomllib.load(file)
+    return config
+
+
 def _query(params: dict[str, Any] | None) -> str:
     if not params:
         return ""
@@ -113,7 +152,7 @@ def _refusal(status: int, text: str, server: str) -> Refused:
 
 def open_request(request: api_routes.Request) -> Any:
     """Send one request; the open response, or `Refused`."""
-    server = (os.environ.get("HAI_SERVER") or DEFAULT_SERVER).rstrip("/")
+    server = server_url()
     data = None if request.body is None else json.dumps(request.body).encode()
     headers = {"Accept": request.expect, "User-Agent": "hai-portable"}
     credential = token()
@@ -228,8 +267,9 @@ def submit_job(mode: str, fields: dict[str, Any], args: argparse.Namespace) -> i
     except Refused as refused:
         short = args.run != "create"
         names = jobfields.SUBMIT_FLAG_NAMES if short else jobfields.CREATE_FLAG_NAMES
-        message = jobfields.in_flags(refused.message, names)
-        raise Refused(f"{message.rstrip('.')}. See `hai {args.run} --help`", refused.code) from None
+        bad_input = refused.code == 2
+        message = jobfields.submit_refusal(refused.message, refused.field, bad_input, names, args.run)
+        raise Refused(message, refused.code) from None
     return report_submitted(job, args)
 
 
@@ -427,6 +467,8 @@ class Parser(argparse.ArgumentParser):
     """argparse that refuses as the full `hai` does: one `Error:` line naming the command's help, exit 2."""
 
     def error(self, message: str) -> NoReturn:
+        # A bad value in the full `hai`'s (click's) words: "Invalid value for '--gpus': ...".
+        message = re.sub(r"^argument ([^:]+): ", r"Invalid value for '\1': ", message)
         note(listing.error_line(f"{message}. See `{self.prog} --help`"))
         sys.exit(2)
 

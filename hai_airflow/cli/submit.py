@@ -101,7 +101,8 @@ def _submit_on_package(
     with connect(connection) as client:
         package = _package_for(client.resource_packages(), ask)
     fields = {**fields, package_field: package.id, "gpu_type": package.gpu_type}
-    submit_and_report(build_spec(mode, fields, SUBMIT_FLAGS, f"submit {mode}"), submit, connection, out)
+    spec = build_spec(mode, fields, SUBMIT_FLAGS, f"submit {mode}")
+    submit_and_report(spec, submit, connection, out, f"submit {mode}", SUBMIT_FLAGS)
 
 
 @app.command(context_settings=ONE_WORKER_COMMAND)
@@ -189,4 +190,4 @@ def cpu(
     values |= {"cpus": cpus, "memory": memory, **dataclasses.asdict(job)}
     fields = checked(jobfields.short_form_fields, "cpu", values)
     spec = build_spec("cpu", fields, SUBMIT_FLAGS, "submit cpu")
-    submit_and_report(spec, submit, connection, out)
+    submit_and_report(spec, submit, connection, out, "submit cpu", SUBMIT_FLAGS)

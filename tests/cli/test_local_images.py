@@ -33,25 +33,27 @@ def _tasks(server: LiveServer) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize(
-    ("flags", "field"),
+    ("flags", "flag"),
     [
-        pytest.param(["submit", "cpu", "--image=pytorch/pytorch:2.1.0"], "spec.image", id="submit --image"),
+        pytest.param(["submit", "cpu", "--image=pytorch/pytorch:2.1.0"], "--image", id="submit --image"),
         pytest.param(["submit", "standalone", "--gpus=1", "--worker-image=pytorch/pytorch:2.1.0"],
-                     "spec.image", id="submit standalone --worker-image"),
+                     "--image", id="submit standalone --worker-image"),
         pytest.param(["submit", "distributed", "--workers=2", "--gpus=1", "--image=" + LISTED,
-                      "--worker-image=horovod/horovod:0.28"], "spec.worker_image",
+                      "--worker-image=horovod/horovod:0.28"], "--worker-image",
                      id="distributed workers' image"),
     ],
 )  # fmt: skip
 def test_an_unlisted_image_is_refused_at_submit(server: LiveServer, tmp_path: Path, flags: list[str],
-                                                field: str) -> None:  # fmt: skip
+                                                flag: str) -> None:  # fmt: skip
+    """The server's 422 names spec.image (or spec.worker_image); `hai` names it as the flag."""
     before = _tasks(server)
     done = hai(server, "alice", *flags, "--name=img", f"--code-dir={tmp_path}", f"{sys.executable} -c pass")
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""
     message = " ".join(done.stderr.split())
     assert message.startswith("Error: "), message
-    assert field in message and "is not available" in message, message
+    assert flag in message and "is not available" in message, message
+    assert message.endswith(f"See `hai {' '.join(flags[:2])} --help`."), message
     assert "Leave out --image" in message and "[backend] images" in message, message
     assert "Traceback" not in done.stderr
     assert _tasks(server) == before, "a refused submit kept a task"

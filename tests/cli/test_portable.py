@@ -299,6 +299,64 @@ def test_the_token_comes_from_the_file_hai_token_file_names(
     assert missing.returncode == 2 and "HAI_TOKEN_FILE" in missing.stderr
 
 
+def error_line(done: subprocess.CompletedProcess[str]) -> tuple[int, list[str]]:
+    """The exit code and the `Error:` lines on stderr."""
+    return done.returncode, [line for line in done.stderr.splitlines() if line.startswith("Error")]
+
+
+@pytest.mark.parametrize(
+    ("who", "argv"),
+    [
+        pytest.param("alice", ("task", "99999"), id="an unknown task id"),
+        pytest.param("alice", ("log", "99999"), id="the log of an unknown task"),
+        pytest.param("alice", ("wait", "99999"), id="waiting for an unknown task"),
+        pytest.param(None, ("task",), id="no token"),
+        pytest.param(None, ("submit", "cpu", "--name=x", "--code-dir=/tmp", "true"),
+                     id="a submit without token"),
+        pytest.param("alice", ("submit", "standalone", "--gpus", "x", "true"), id="--gpus x"),
+        pytest.param("alice", ("wait", "--timeout", "x", "1"), id="--timeout x"),
+        pytest.param("alice", ("submit", "cpu", "--time-limit", "10", "true"),
+                     id="--time-limit without unit"),
+        pytest.param("alice", ("create", "--mode", "solo"), id="an unknown mode"),
+        pytest.param("alice", ("submit", "cpu", "--name=x", "--code-dir=/nonexistent", "true"),
+                     id="a submit the server refuses"),
+        pytest.param("unknown region", ("task",), id="an unknown HAI_REGION"),
+        pytest.param("bob", ("task", "JOB"), id="another user's task"),
+        pytest.param("bob", ("log", "JOB"), id="another user's log"),
+        pytest.param("bob", ("cancel", "JOB"), id="cancelling another user's task"),
+        pytest.param("bob", ("instance", "JOB"), id="another user's instances"),
+    ],
+)  # fmt: skip
+def test_both_clis_refuse_bad_input_in_the_same_words(
+    server: LiveServer, downloaded: Path, isolated_home: Path, who: str | None, argv: tuple[str, ...]
+) -> None:
+    """The same bad input to the full and the downloaded `hai`: the same `Error:` line, the same exit code."""
+    if "JOB" in argv:
+        mine = run_full(server, "alice", "submit", "cpu", "--name=mine", "--code-dir=/tmp", "true")
+        argv = tuple(str(created_id(mine)) if word == "JOB" else word for word in argv)
+    env = {"HAI_HOME": str(isolated_home), "HAI_SERVER": server.url}
+    if who == "unknown region":
+        env = {"HAI_HOME": str(isolated_home), "HAI_REGION": "mars", "HAI_TOKEN": "alice-token"}
+    elif who is not None:
+        env["HAI_TOKEN"] = f"{who}-token"
+    full = subprocess.run(
+        [sys.executable, "-c", "from hai_airflow.cli.main import app; app(prog_name='hai')", *argv],
+        capture_output=True,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("HAI_")}, "NO_COLOR": "1", **env},
+        timeout=120,
+    )
+    portable = subprocess.run(
+        [str(oldest_python()), "-I", str(downloaded), *argv],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=120,
+    )
+    assert full.returncode in (1, 2) and error_line(full)[1], full.stderr
+    assert error_line(portable) == error_line(full), (portable.stderr, full.stderr)
+
+
 def _full_flags(name: str) -> set[str]:
     group = typer.main.get_group(app)
     command: Any = group
