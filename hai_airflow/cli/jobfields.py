@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hai_airflow import labels as label_rules
+from hai_airflow.vocabulary import FIELD_FLAGS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -158,14 +159,8 @@ SUBMIT_FLAG_NAMES = {
     "memory_gb": "--memory",
 }
 """The flag `hai submit` takes for a spec field that is not `--field-name`."""
-CREATE_FLAG_NAMES = {
-    "grace_seconds": "--grace",
-    "time_limit_seconds": "--time-limit",
-    "labels": "--label",
-    "memory_gb": "--memory",
-}
-"""The same for `hai create`: `vocabulary.FIELD_FLAGS` as flags (written out, as the downloadable `hai`
-holds only the vocabulary's older words; tests/cli/test_job_files.py holds the two to one another)."""
+CREATE_FLAG_NAMES = {field: "--" + key.replace("_", "-") for field, key in FIELD_FLAGS.items()}
+"""The same for `hai create`: `vocabulary.FIELD_FLAGS` as flags (the job-file keys, spelled as flags)."""
 
 
 @dataclass(frozen=True)

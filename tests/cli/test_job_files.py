@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from hai_airflow.cli.jobfields import CREATE_FLAG_NAMES
 from hai_airflow.cli.jobkeys import field_key
 from hai_airflow.cli.jobspec import SPEC_MODELS
 from hai_airflow.vocabulary import FIELD_FLAGS
@@ -291,5 +290,10 @@ def test_create_takes_mode_cpu_as_a_job_file_does(hai: Hai, clean: LiveServer, c
     assert refused.stderr.startswith("Error: --cpus is not valid for a standalone task: only a cpu task")
 
 
-def test_create_names_the_fields_its_flags_name_otherwise_as_job_files_do() -> None:
-    assert {field: "--" + key.replace("_", "-") for field, key in FIELD_FLAGS.items()} == CREATE_FLAG_NAMES
+def test_the_downloadable_hai_carries_the_job_file_keys() -> None:
+    """The downloaded `hai`'s `vocabulary` holds FIELD_FLAGS itself, so its `create` names the same flags."""
+    from hai_airflow.server.api.routes.cli_download import vocabulary_source
+
+    served: dict[str, object] = {}
+    exec(compile(vocabulary_source(), "vocabulary", "exec"), served)
+    assert served["FIELD_FLAGS"] == FIELD_FLAGS

@@ -101,6 +101,7 @@ def vocabulary_source() -> str:
         "from enum import Enum\nfrom typing import Literal\n\n"
         f"MAX_SCHEDULE_CHOICES = {vocabulary.MAX_SCHEDULE_CHOICES!r}\n"
         f"PROCESSES_HELP = {vocabulary.PROCESSES_HELP!r}\n"
+        f"FIELD_FLAGS = {vocabulary.FIELD_FLAGS!r}\n"
         f"Processes = Literal[{', '.join(map(repr, get_args(vocabulary.Processes)))}]\n\n\n"
         f"class JobState(str, Enum):\n{states}\n\n"
         f"TERMINAL_STATES = frozenset({terminal!r})\n"
