@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
-from typing import Any
+import typing
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,6 +14,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hai_airflow.server.store.outage import STORE_UNAVAILABLE, Outage
+from hai_airflow.vocabulary import FIELD_FLAGS
 
 logger = logging.getLogger(__name__)
 api_outage = Outage(logger, "API (answering 503)")
@@ -115,11 +118,54 @@ def _fix(kind: str, field: str, ctx: dict[str, Any]) -> str:
 
 def _required_fields(request: Request) -> list[str]:
     """The required fields of the route's JSON body model (`spec` for a submit)."""
+    model = _body_model(request)
+    return [name for name, f in model.model_fields.items() if f.is_required()] if model is not None else []
+
+
+def _body_model(request: Request) -> type[BaseModel] | None:
+    """The model of the route's JSON body (`SubmitRequest` for a submit)."""
     body_field = getattr(request.scope.get("route"), "body_field", None)
     model = getattr(getattr(body_field, "field_info", None), "annotation", None)
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return [name for name, f in model.model_fields.items() if f.is_required()]
-    return []
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation holds (a union's members)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models(arg)]
+
+
+def _tagged(model: type[BaseModel], tag: object) -> bool:
+    """Whether `tag` is the model's union tag (its `mode: Literal["standalone"]`)."""
+    return any(
+        typing.get_origin(f.annotation) is Literal and tag in typing.get_args(f.annotation)
+        for f in model.model_fields.values()
+    )
+
+
+def _fields_at(request: Request, path: tuple[Any, ...]) -> list[str]:
+    """The fields of the object at `path` in the body (("spec", "standalone"): the spec of that mode),
+    what an unknown key there could have meant; none where the path cannot be followed."""
+    models = _models(_body_model(request))
+    for part in path:
+        if len(models) > 1:  # a union: the part is its tag
+            models = [m for m in models if _tagged(m, part)]
+            continue
+        found = models[0].model_fields.get(str(part)) if len(models) == 1 else None
+        if found is None:
+            return []
+        models = _models(found.annotation)
+    return list(models[0].model_fields) if len(models) == 1 else []
+
+
+def _near(name: str, known: list[str]) -> str | None:
+    """The known field an unknown one most likely meant: the field a flag's name stands for
+    (`time_limit` for `time_limit_seconds`), else the nearest spelling (`gpu_typ` for `gpu_type`)."""
+    by_flag = {flag: field for field, flag in FIELD_FLAGS.items()}
+    if by_flag.get(name) in known:
+        return by_flag[name]
+    return next(iter(difflib.get_close_matches(name, known, n=1)), None)
 
 
 def _body_shape(names: list[str]) -> str:
@@ -171,6 +217,9 @@ def validation_error(exc: RequestValidationError, request: Request) -> ApiError:
     else:
         error = f"{field}: {msg}" if field else msg
     fix = _fix(kind, field or "the value", err.get("ctx") or {})
+    if kind == "extra_forbidden" and field and (near := _near(str(loc[-1]), _fields_at(request, loc[1:-1]))):
+        meant = field.rpartition(".")[0] + "." + near if "." in field else near
+        fix = f"Did you mean {meant}? Rename {field} to {meant}"
     return ApiError(422, error, field=field, fix=fix)
 
 
