@@ -216,3 +216,29 @@ def test_the_sample_server_configs_are_valid(name: str, compose: dict[str, Any])
     # The admin's token comes from the variable compose requires and builds Airflow's connection from.
     assert all(u.token is None for u in config.users)
     assert [u.token_env for u in config.users if u.role == "platform_admin"] == [ADMIN_TOKEN]
+
+
+def test_jobs_reach_the_api_at_job_url_and_nothing_else(compose: dict[str, Any]) -> None:
+    """`hai` inside a job container submits the next job: HAI_SERVER (job_url) names the compose service
+    on a network the job containers join, where the server is their only peer (not PostgreSQL)."""
+    pytest.importorskip("sqlalchemy")
+    from urllib.parse import urlsplit
+
+    from hai_airflow.backends.docker.containers import DockerOptions
+    from hai_airflow.scheduling import POLICIES
+    from hai_airflow.server.config import load_config
+
+    config = load_config(REPO / ".ci" / "compose" / "hai-docker.toml", sorted(POLICIES))
+    assert config.server.job_url is not None, "[server] job_url is unset: jobs get no HAI_SERVER"
+    url = urlsplit(config.server.job_url)
+    assert (url.hostname, url.port) == ("hai-server", config.server.port)
+    network = DockerOptions.model_validate(config.backend).network
+    assert network is not None, "[backend] network is unset: job containers cannot resolve hai-server"
+    named = {key: (value or {}).get("name", key) for key, value in compose.get("networks", {}).items()}
+    joined = {
+        name: {named.get(n, n) for n in service.get("networks", ["default"])}
+        for name, service in services(compose).items()
+    }
+    assert network in joined["hai-server"], joined
+    assert [name for name, networks in joined.items() if network in networks] == ["hai-server"], joined
+

@@ -198,6 +198,19 @@ def test_the_config_is_a_kubernetes_backend_config_the_server_accepts(docs: Docs
     assert config.paths.allowed and all(a.startswith("/nas/") for a in config.paths.allowed)
 
 
+def test_job_pods_get_the_service_as_their_server(docs: Docs) -> None:
+    """HAI_SERVER in a job pod is `[server] job_url`: the Service of this deploy, at its port."""
+    from urllib.parse import urlsplit
+
+    job_url = server_config(docs).server.job_url
+    assert job_url is not None, "[server] job_url is unset: job pods get no HAI_SERVER"
+    service = one(docs, "Service", "hai")
+    url = urlsplit(job_url)
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    assert url.hostname in (f"{name}.{namespace}.svc", f"{name}.{namespace}.svc.cluster.local"), job_url
+    assert url.port in [p["port"] for p in service["spec"]["ports"]], job_url
+
+
 def test_the_deployment_wires_the_config_secrets_nas_and_account_together(docs: Docs) -> None:
     config = server_config(docs)
     opts = m.KubernetesOptions.model_validate(config.backend)
@@ -829,6 +842,8 @@ def test_the_deployment_becomes_ready_on_a_real_node(
 AIRFLOW_PEER = ({"kubernetes.io/metadata.name": "airflow"}, {"tier": "airflow"})
 INGRESS_PEER = ({"kubernetes.io/metadata.name": "ingress-nginx"}, {"app.kubernetes.io/name": "ingress-nginx"})
 """(namespace labels, pod labels) the prod NetworkPolicy admits; docs/deploy.md names the same."""
+JOB_POD_LABELS = {"hai.io/owner": "hai"}
+"""The labels the prod NetworkPolicy admits job pods of the namespace hai by (the backend's `owner`)."""
 
 
 def rendered(overlay: str) -> Docs:
@@ -932,32 +947,47 @@ def admits(policy: dict[str, Any], namespace: dict[str, str], pod: dict[str, str
     def matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
         return selector is not None and selector.get("matchLabels", {}).items() <= labels.items()
 
+    # A peer without a namespaceSelector stands for pods of the policy's own namespace.
+    own = {"kubernetes.io/metadata.name": policy["metadata"]["namespace"]}
     for rule in policy["spec"].get("ingress", []):
         ports = [p["port"] for p in rule.get("ports", [])]
         peers = rule.get("from", [])
-        admitted = [p for p in peers if matches(p.get("namespaceSelector"), namespace)]
+        admitted = [
+            p for p in peers
+            if matches(p.get("namespaceSelector"), namespace)
+            or ("namespaceSelector" not in p and namespace.items() >= own.items())
+        ]  # fmt: skip
         if (not ports or port in ports) and any(matches(p.get("podSelector"), pod) for p in admitted):
             return True
     return False
 
 
-def test_prod_network_policy_admits_only_airflow_and_the_ingress_controller_to_the_api_port(
+def test_prod_network_policy_admits_only_airflow_the_ingress_controller_and_jobs_to_the_api_port(
     prod: Docs,
 ) -> None:
     policy = one(prod, "NetworkPolicy", "hai-server")
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels(prod).items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress free: the API server, PostgreSQL
     (named,) = server_container(prod)["ports"]
-    (rule,) = policy["spec"]["ingress"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": named["name"]}]
-    peers = [(p["namespaceSelector"]["matchLabels"], p["podSelector"]["matchLabels"]) for p in rule["from"]]
-    assert peers == [AIRFLOW_PEER, INGRESS_PEER]
+    assert all(r["ports"] == [{"protocol": "TCP", "port": named["name"]}] for r in policy["spec"]["ingress"])
+    peers = [
+        (p.get("namespaceSelector", {}).get("matchLabels"), p["podSelector"]["matchLabels"])
+        for rule in policy["spec"]["ingress"]
+        for p in rule["from"]
+    ]
+    assert peers == [AIRFLOW_PEER, INGRESS_PEER, (None, JOB_POD_LABELS)]
     scheduler = ({"kubernetes.io/metadata.name": "airflow"}, {"tier": "airflow", "component": "scheduler"})
     hai_ns = {"kubernetes.io/metadata.name": NAMESPACE}
+    # A job pod as the backend labels it: its `hai` reaches [server] job_url, the API port.
+    owner = m.KubernetesOptions.model_validate(server_config(prod).backend).owner
+    job_pod = {m.LABEL_OWNER: owner, m.LABEL_JOB: "7", m.LABEL_INSTANCE: "9", m.LABEL_WORKER: "0"}
+    assert {m.LABEL_OWNER: owner} == JOB_POD_LABELS
     assert admits(policy, *scheduler, named["name"])
     assert admits(policy, *INGRESS_PEER, named["name"])
+    assert admits(policy, hai_ns, job_pod, named["name"])
     refused = {
-        "a job pod in hai": (hai_ns, {"hai.io/owner": "hai"}),
+        "a job pod's labels in another namespace": ({"kubernetes.io/metadata.name": "default"}, job_pod),
+        "an unlabelled pod in hai": (hai_ns, {"app": "x"}),
         "another hai-server pod": (hai_ns, pod_labels(prod)),
         "an untiered pod in airflow": ({"kubernetes.io/metadata.name": "airflow"}, {"app": "x"}),
         "a tier=airflow pod elsewhere": ({"kubernetes.io/metadata.name": "default"}, {"tier": "airflow"}),
@@ -965,6 +995,7 @@ def test_prod_network_policy_admits_only_airflow_and_the_ingress_controller_to_t
     for what, (namespace, labels) in refused.items():
         assert not admits(policy, namespace, labels, named["name"]), what
     assert not admits(policy, *scheduler, "metrics")
+    assert not admits(policy, hai_ns, job_pod, "metrics")
 
 
 def test_the_docs_apply_the_overlays_that_exist() -> None:
@@ -974,7 +1005,8 @@ def test_the_docs_apply_the_overlays_that_exist() -> None:
     assert {"deploy/kubernetes/overlays/dev", "deploy/kubernetes/overlays/prod"} <= named
     mentioned = {p.rstrip("/.") for p in re.findall(r"deploy/kubernetes/[\w./-]*", page)}
     assert [p for p in mentioned if not (REPO / p).exists()] == []
-    for namespace, labels in (AIRFLOW_PEER, INGRESS_PEER):
+    jobs = ({"kubernetes.io/metadata.name": NAMESPACE}, JOB_POD_LABELS)
+    for namespace, labels in (AIRFLOW_PEER, INGRESS_PEER, jobs):
         assert namespace["kubernetes.io/metadata.name"] in page
         assert all(f"{k}={v}" in page for k, v in labels.items()), labels
 
