@@ -165,7 +165,9 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(
         ),
         pytest.param(("task", "-o", "table"), ("--output", "json, yaml, wide, name"), id="bad output format"),
         pytest.param(
-            ("log", "--instance-id=abc"), ("--instance-id", "whole number", "hai log --help"), id="not a number"
+            ("log", "--instance-id=abc"),
+            ("--instance-id", "whole number", "hai log --help"),
+            id="not a number",
         ),
         pytest.param(("log", "abc"), ("TASK_ID", "integer", "hai log --help"), id="id not a number"),
         pytest.param(
