@@ -41,7 +41,8 @@ def test_every_command_explains_itself(hai: Hai, command: str) -> None:
 def test_create_help_keeps_the_documents_flags_and_words(hai: Hai) -> None:
     text = hai("create", "--help").stdout
     for flag in (
-        "--task-name TEXT", "--model-id INTEGER", "--project-id INTEGER", "--mode [standalone|distributed]",
+        "--task-name TEXT", "--model-id INTEGER", "--project-id INTEGER",
+        "--mode [standalone|distributed|cpu]",
         "--code-src [nas|git]", "--code-path TEXT", "--git-branch TEXT", "--model-dir TEXT",
         "--project-storage TEXT", "--max-schedule [0|4|6|8|24|48]", "--image TEXT", "--resource-pkg INTEGER",
         "--shm INTEGER", "--cmd TEXT", "--workers", "--worker-image", "--worker-resource-pkg", "--elastic",
