@@ -75,7 +75,7 @@ def test_the_cli_says_which_field_and_exits_2(server: LiveServer) -> None:
     submit = ("submit", "cpu", "--name", "t", "--code-src", "git", "--code-dir", "fd::17", "--cpus", "1")
     done = hai(server, "bob", *submit, "true")
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "spec.code_path" in done.stderr and "remote helpers" in done.stderr
+    assert "(field --code-path)" in done.stderr and "remote helpers" in done.stderr
     assert "Traceback" not in done.stderr
 
 
