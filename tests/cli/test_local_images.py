@@ -66,3 +66,5 @@ def test_a_listed_image_and_the_default_are_accepted(server: LiveServer, tmp_pat
         task = int(out.split("created task ")[1].split()[0])
         shown = json.loads(hai_ok(server, "task", str(task), "-o", "json"))
         assert shown["state"] == "SUCCEEDED", shown
+        # A listed image is used: no note says otherwise.
+        assert not [e for e in shown["events"] if "is not used" in e["reason"]], shown["events"]

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from hai_airflow import durations
 from hai_airflow.backends.common.base import Backend
+from hai_airflow.backends.local.backend import LocalBackend, unlisted_images
 from hai_airflow.scheduling.model import Admit, Decision, Grow, Reject, Reserve, Shrink, Suspend, Wait
 from hai_airflow.scheduling.resize import resizing
 from hai_airflow.server.control import admission, carryover
@@ -288,7 +289,7 @@ class PlanApplier:
         costs two commits (with the claim's), not two per job."""
         news, notes = carryover.carried_over(self.ctx, news)
         for new in news:
-            if (note := unused_image(self.backend.name, new.spec)) is not None:
+            if (note := unused_image(self.backend, new.spec)) is not None:
                 notes.setdefault(new.instance_id, []).append(note)
         started = [(new, *admission.launch(self.ctx, self.backend, new)) for new in news]
         try:
@@ -320,10 +321,12 @@ class PlanApplier:
         self.ctx.changed.notify()
 
 
-def unused_image(backend: str, spec: admission.AnySpec) -> str | None:
-    """The note for a job that names an image the local backend runs without (`local`, the spec's
-    default, names none)."""
-    images = {spec.image, getattr(spec, "worker_image", None) or spec.image} - {"local"}
-    if backend != "local" or not images:
+def unused_image(backend: Backend, spec: admission.AnySpec) -> str | None:
+    """The note for a job naming an image the local backend has no environment for: the same question
+    the submit's refusal asks (`unlisted_images`)."""
+    if not isinstance(backend, LocalBackend):
         return None
-    return f"the local backend runs commands on this machine; image {', '.join(sorted(images))} is not used"
+    images = unlisted_images(backend.options, [spec.image, getattr(spec, "worker_image", None)])
+    if not images:
+        return None
+    return f"the local backend runs commands on this machine; image {', '.join(images)} is not used"
